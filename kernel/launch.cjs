@@ -1,0 +1,23 @@
+#!/usr/bin/env node
+// Starts the project's tslab kernel with the project root as its working folder.
+//
+// tslab compiles a cell and the local .ts files it imports relative to the kernel's working
+// folder and refuses files outside it ("not under rootDir"). Jupyter starts a kernel in the
+// notebook's folder, so notebooks in notebooks/ could not import lib/. Starting every kernel in
+// the project root makes `import { ... } from "./lib"` resolve the same way in JupyterLab and in
+// headless runs (nbclient / nbconvert).
+"use strict";
+const path = require("node:path");
+
+const projectRoot = path.resolve(__dirname, "..");
+const connectionArg = process.argv[2];
+if (!connectionArg) {
+  console.error("usage: launch.cjs <jupyter connection file>");
+  process.exit(2);
+}
+const connectionFile = path.resolve(connectionArg); // before chdir: it may be relative
+process.chdir(projectRoot);
+process.env.ART_TS_KERNEL = "1";
+process.env.ART_PROJECT_ROOT = projectRoot;
+process.argv = [process.argv[0], require.resolve("tslab/bin/tslab"), "kernel", "--config-path", connectionFile];
+require("tslab/dist/main").main();

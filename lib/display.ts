@@ -1,0 +1,272 @@
+/**
+ * Rich output for notebook cells, with terminal fallbacks.
+ *
+ * Inside the project's tslab kernel these helpers send Jupyter `display_data` messages (one
+ * output carrying several MIME types, updatable in place by display id). Anywhere else (a script
+ * run with tsx, a test) they print readable text to stdout.
+ * @module
+ */
+import fs from "node:fs";
+
+/** The payload of a Jupyter display message: one output, several representations. */
+export type MimeBundle = Record<string, unknown>;
+
+type WriteDisplayData = (
+  content: { data: MimeBundle; metadata: Record<string, unknown>; transient: { display_id?: string } },
+  update: boolean,
+) => void;
+
+/** True when running inside a Jupyter kernel started by kernel/launch.cjs (or plain tslab). */
+export function inNotebook(): boolean {
+  return kernelWriter() !== null;
+}
+
+function kernelWriter(): WriteDisplayData | null {
+  const underTslab = process.env.ART_TS_KERNEL === "1" || /tslab/.test(process.argv[1] ?? "");
+  if (!underTslab) return null;
+  try {
+    // tslab keeps the writer of the executing cell on this module; it is null between cells.
+    const jupyter = require("tslab/dist/jupyter") as { lastWriteDisplayData?: WriteDisplayData | null };
+    return jupyter.lastWriteDisplayData ?? null;
+  } catch {
+    return null;
+  }
+}
+
+let displayCounter = 0;
+
+/** A display output that can be replaced in place (Jupyter `update_display_data`). */
+export class DisplayHandle {
+  /** The Jupyter display id of this output. */
+  readonly id: string;
+  private shown = false;
+
+  constructor(id?: string) {
+    displayCounter += 1;
+    this.id = id ?? `art-${process.pid}-${Date.now().toString(36)}-${displayCounter}`;
+  }
+
+  /** Shows the bundle; the first call creates the output, later calls replace it. Returns false outside a kernel. */
+  show(bundle: MimeBundle): boolean {
+    const write = kernelWriter();
+    if (!write) return false;
+    write({ data: bundle, metadata: {}, transient: { display_id: this.id } }, this.shown);
+    this.shown = true;
+    return true;
+  }
+}
+
+/** Shows one output with the given MIME bundle; outside a kernel prints its `text/plain` part. */
+export function displayBundle(bundle: MimeBundle): void {
+  if (!new DisplayHandle().show(bundle)) {
+    const text = bundle["text/plain"];
+    if (typeof text === "string") console.log(text);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plotly
+
+/** A plotly figure: traces, layout and config exactly as plotly.js takes them. */
+export interface PlotlyFigure {
+  data: Array<Record<string, unknown>>;
+  layout?: Record<string, unknown>;
+  config?: Record<string, unknown>;
+}
+
+/** The MIME type JupyterLab renders natively when the Python `plotly` package is installed. */
+export const PLOTLY_MIME = "application/vnd.plotly.v1+json";
+
+let plotlyEmbedded = false;
+
+function scriptSafe(text: string): string {
+  return text.replace(/<\/script/gi, "<\\/script").replace(/<!--/g, "<\\!--");
+}
+
+function plotlyLibraryScript(): string {
+  const source = fs.readFileSync(require.resolve("plotly.js-dist-min/plotly.min.js"), "utf8");
+  // Hide an AMD loader (classic notebook pages have require.js) so the UMD bundle sets window.Plotly.
+  return `<script>(function(){var d=window.define;window.define=undefined;\n${scriptSafe(source)}\n;window.define=d;` +
+    `(window.__artPlotlyQueue||[]).forEach(function(f){f();});window.__artPlotlyQueue=[];})();</script>`;
+}
+
+/**
+ * The `text/html` fallback of a figure: a div and a script that draws into it once plotly.js is
+ * loaded. plotly.js itself (~4.8 MB) is embedded in the first figure of a kernel session only.
+ */
+export function plotlyHtml(figure: PlotlyFigure, divId: string, embedLibrary: boolean): string {
+  const height = typeof figure.layout?.height === "number" ? figure.layout.height : 420;
+  const args = [JSON.stringify(divId), JSON.stringify(figure.data), JSON.stringify(figure.layout ?? {}),
+    JSON.stringify({ responsive: true, ...(figure.config ?? {}) })].map(scriptSafe).join(",");
+  const draw = `<div id="${divId}" class="art-plotly" style="width:100%;height:${height}px"></div>` +
+    `<script>(function(){function draw(){window.Plotly.newPlot(${args});}` +
+    `if(window.Plotly){draw();}else{(window.__artPlotlyQueue=window.__artPlotlyQueue||[]).push(draw);}})();</script>`;
+  return (embedLibrary ? plotlyLibraryScript() : "") + draw;
+}
+
+/** A short text description of a figure, for terminals and text-only front ends. */
+function plotlyText(figure: PlotlyFigure): string {
+  const title = figure.layout?.title;
+  const titleText = typeof title === "string" ? title : (title as { text?: string } | undefined)?.text;
+  const traces = figure.data.map((t) => `${String(t.name ?? t.type ?? "trace")} (${Array.isArray(t.y) ? t.y.length : 0} points)`);
+  return `<plotly figure${titleText ? ` "${titleText}"` : ""}: ${traces.join(", ")}>`;
+}
+
+/**
+ * Shows a plotly figure inline: one output with the plotly JSON bundle (rendered natively by
+ * JupyterLab) and an HTML fallback (used by nbconvert's HTML export and other front ends).
+ * Pass a handle to redraw the same output in place, e.g. a reward curve refreshed during training.
+ * Outside a notebook prints a one-line description.
+ */
+export function showPlotly(figure: PlotlyFigure, handle: DisplayHandle = new DisplayHandle()): void {
+  const write = kernelWriter();
+  if (!write) {
+    console.log(plotlyText(figure));
+    return;
+  }
+  const embed = !plotlyEmbedded;
+  handle.show({
+    [PLOTLY_MIME]: { data: figure.data, layout: figure.layout ?? {}, config: figure.config ?? {} },
+    "text/html": plotlyHtml(figure, `${handle.id}-${Date.now().toString(36)}`, embed),
+    "text/plain": plotlyText(figure),
+  });
+  plotlyEmbedded = true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tables
+
+/** Rows of a table: plain objects, or anything with danfo's `columns` and `values`. */
+export type TableInput = ReadonlyArray<Record<string, unknown>> | { columns: string[]; values: unknown[] };
+
+function toRows(input: TableInput): { columns: string[]; rows: unknown[][] } {
+  if (!Array.isArray(input)) {
+    const frame = input as { columns: string[]; values: unknown[] };
+    const rows = frame.values.map((row) => (Array.isArray(row) ? row : [row]));
+    return { columns: [...frame.columns], rows };
+  }
+  const records = input as ReadonlyArray<Record<string, unknown>>;
+  const columns: string[] = [];
+  for (const record of records) for (const key of Object.keys(record)) if (!columns.includes(key)) columns.push(key);
+  return { columns, rows: records.map((record) => columns.map((c) => record[c])) };
+}
+
+function cellText(value: unknown, digits: number): string {
+  if (value === undefined || value === null) return "";
+  if (typeof value === "number") return Number.isInteger(value) ? String(value) : value.toFixed(digits);
+  if (typeof value === "object") return JSON.stringify(value);
+  return String(value);
+}
+
+function escapeHtml(text: string): string {
+  return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
+}
+
+/** Formats a table as aligned plain text (numbers right-aligned). */
+export function tableText(input: TableInput, options: { maxRows?: number; digits?: number } = {}): string {
+  const { columns, rows } = toRows(input);
+  const digits = options.digits ?? 3;
+  const shown = rows.slice(0, options.maxRows ?? 50);
+  const cells = shown.map((row) => row.map((v) => cellText(v, digits)));
+  const widths = columns.map((c, i) => Math.max(c.length, ...cells.map((r) => r[i]?.length ?? 0)));
+  const numeric = columns.map((_, i) => shown.every((r) => r[i] === undefined || r[i] === null || typeof r[i] === "number"));
+  const pad = (text: string, i: number) => (numeric[i] ? text.padStart(widths[i] ?? 0) : text.padEnd(widths[i] ?? 0));
+  const lines = [columns.map(pad), widths.map((w) => "-".repeat(w)), ...cells.map((r) => r.map(pad))].map((l) => l.join("  ").trimEnd());
+  if (rows.length > shown.length) lines.push(`... ${rows.length - shown.length} more rows`);
+  return lines.join("\n");
+}
+
+/** Formats a table as an HTML `<table>`. */
+export function tableHtml(input: TableInput, options: { maxRows?: number; digits?: number } = {}): string {
+  const { columns, rows } = toRows(input);
+  const digits = options.digits ?? 3;
+  const shown = rows.slice(0, options.maxRows ?? 50);
+  const head = `<thead><tr>${columns.map((c) => `<th>${escapeHtml(c)}</th>`).join("")}</tr></thead>`;
+  const body = shown.map((r) => `<tr>${r.map((v) => `<td>${escapeHtml(cellText(v, digits))}</td>`).join("")}</tr>`).join("");
+  const more = rows.length > shown.length ? `<p>… ${rows.length - shown.length} more rows</p>` : "";
+  return `<table class="art-table">${head}<tbody>${body}</tbody></table>${more}`;
+}
+
+/** Shows a table (records or a danfo DataFrame) as HTML in a notebook, aligned text elsewhere. */
+export function showTable(input: TableInput, options: { maxRows?: number; digits?: number } = {}): void {
+  displayBundle({ "text/html": tableHtml(input, options), "text/plain": tableText(input, options) });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Progress
+
+/** Where a progress line writes: a notebook display, a terminal (rewritten with \r), or a log. */
+export type ProgressMode = "notebook" | "tty" | "log";
+
+/** What a progress line shows: a count with an optional total, and free text after it. */
+export interface ProgressState {
+  done: number;
+  total?: number;
+  detail?: string;
+}
+
+/** Renders `label [#####-----] 5/10 50% detail`. */
+export function formatProgress(label: string, state: ProgressState, width = 20): string {
+  const parts = [label];
+  if (state.total !== undefined && state.total > 0) {
+    const fraction = Math.min(1, Math.max(0, state.done / state.total));
+    const filled = Math.round(fraction * width);
+    parts.push(`[${"#".repeat(filled)}${"-".repeat(width - filled)}]`, `${state.done}/${state.total}`, `${Math.round(fraction * 100)}%`);
+  } else {
+    parts.push(String(state.done));
+  }
+  if (state.detail) parts.push(state.detail);
+  return parts.join(" ");
+}
+
+/**
+ * One line of progress that updates in place: a single notebook output replaced on each update,
+ * or a terminal line rewritten with a carriage return. When stdout is not a terminal (CI logs) it
+ * prints at most one line per `logIntervalMs` and always the final one.
+ */
+export class ProgressLine {
+  readonly mode: ProgressMode;
+  private readonly handle = new DisplayHandle();
+  private lastDraw = 0;
+  private lastText = "";
+  private finished = false;
+
+  constructor(
+    readonly label: string,
+    private readonly options: { minIntervalMs?: number; logIntervalMs?: number; mode?: ProgressMode } = {},
+  ) {
+    this.mode = options.mode ?? (inNotebook() ? "notebook" : process.stdout.isTTY ? "tty" : "log");
+  }
+
+  /** Updates the line; redraws are throttled, so call it as often as you like. */
+  update(state: ProgressState): void {
+    this.draw(formatProgress(this.label, state), false);
+  }
+
+  /** Draws the final state and ends the line. */
+  finish(state: ProgressState): void {
+    if (this.finished) return;
+    this.draw(formatProgress(this.label, state), true);
+    this.finished = true;
+  }
+
+  private draw(text: string, final: boolean): void {
+    const now = Date.now();
+    const interval = this.mode === "log" ? (this.options.logIntervalMs ?? 5000) : (this.options.minIntervalMs ?? 100);
+    if (!final && (text === this.lastText || now - this.lastDraw < interval)) return;
+    this.lastDraw = now;
+    this.lastText = text;
+    if (this.mode === "notebook") {
+      const shown = this.handle.show({
+        "text/plain": text,
+        "text/html": `<pre class="art-progress" style="margin:0">${escapeHtml(text)}</pre>`,
+      });
+      if (shown) return;
+    }
+    if (this.mode === "tty") {
+      process.stdout.write(`\r\x1b[2K${text}${final ? "\n" : ""}`);
+    } else {
+      process.stdout.write(`${text}\n`);
+    }
+  }
+}

@@ -1,0 +1,205 @@
+#!/usr/bin/env node
+// Sets up everything the project needs, skipping what is already done:
+//   1. Node >= 20,                     4. the gpu-server package and Jupyter in .venv (pip),
+//   2. node_modules from package-lock,  5. the project's tslab kernel registered into .venv,
+//   3. a Python >= 3.10 venv at .venv,  6. (--browser) Debian's chromium for the browser tests.
+// Each step prints what it does; a failing step says which one failed and how to fix it.
+// Only Node built-ins are used here: this script runs before `npm ci`.
+import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import fs from "node:fs";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+import { findChromium, KERNEL_DIR, KERNEL_DISPLAY_NAME, KERNEL_NAME, ROOT, VENV, VENV_PYTHON } from "./project.mjs";
+
+const args = new Set(process.argv.slice(2));
+const wantBrowser = args.has("--browser");
+const quiet = args.has("--quiet");
+const started = Date.now();
+
+class SetupError extends Error {
+  constructor(step, message, fix) {
+    super(message);
+    this.step = step;
+    this.fix = fix;
+  }
+}
+
+function log(message) {
+  if (!quiet) console.log(`[setup] ${message}`);
+}
+
+function run(cmd, argv, options = {}) {
+  return spawnSync(cmd, argv, { cwd: ROOT, encoding: "utf8", maxBuffer: 64 * 1024 * 1024, ...options });
+}
+
+function sha256(...parts) {
+  const hash = createHash("sha256");
+  for (const part of parts) hash.update(part);
+  return hash.digest("hex");
+}
+
+function readJson(file) {
+  try {
+    return JSON.parse(fs.readFileSync(file, "utf8"));
+  } catch {
+    return null;
+  }
+}
+
+function tail(text, lines = 25) {
+  return text.trim().split("\n").slice(-lines).join("\n");
+}
+
+// 1. Node
+function checkNode() {
+  const major = Number(process.versions.node.split(".")[0]);
+  if (major < 20) {
+    throw new SetupError("node", `Node ${process.versions.node} is too old`, "install Node >= 20 (https://nodejs.org or your package manager)");
+  }
+}
+
+// 2. npm packages, from the committed lock file. Re-run only when the lock file changed.
+function installNodeModules() {
+  const lock = path.join(ROOT, "package-lock.json");
+  if (!fs.existsSync(lock)) {
+    throw new SetupError("npm", "package-lock.json is missing", "restore it from git (git checkout package-lock.json)");
+  }
+  const stampFile = path.join(ROOT, "node_modules", ".art-setup.json");
+  const want = sha256(fs.readFileSync(lock), process.versions.node.split(".")[0]);
+  if (readJson(stampFile)?.lock === want) return log("node_modules up to date");
+  log("installing npm packages (npm ci)");
+  const npm = process.env.npm_execpath
+    ? [process.execPath, [process.env.npm_execpath]]
+    : [process.platform === "win32" ? "npm.cmd" : "npm", []];
+  const result = run(npm[0], [...npm[1], "ci", "--no-audit", "--no-fund"], { stdio: quiet ? "pipe" : "inherit" });
+  if (result.status !== 0) {
+    throw new SetupError("npm", `npm ci failed (exit ${result.status})${result.stderr ? `\n${tail(result.stderr)}` : ""}`,
+      "check that the npm registry is reachable (npm ping) and that package-lock.json matches package.json (npm install, then commit the lock file)");
+  }
+  fs.writeFileSync(stampFile, JSON.stringify({ lock: want }));
+}
+
+// 3. Python and the virtual environment.
+function pythonVersion(python) {
+  const result = run(python, ["-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"]);
+  if (result.status !== 0 || result.error) return null;
+  const [major, minor] = result.stdout.trim().split(".").map(Number);
+  return { text: result.stdout.trim(), ok: major === 3 && minor >= 10 };
+}
+
+function findPython() {
+  const candidates = process.env.ART_PYTHON
+    ? [process.env.ART_PYTHON]
+    : ["python3.13", "python3.12", "python3.11", "python3.10", "python3", "python"];
+  const seen = [];
+  for (const candidate of candidates) {
+    const version = pythonVersion(candidate);
+    if (version?.ok) return candidate;
+    if (version) seen.push(`${candidate} is ${version.text}`);
+  }
+  throw new SetupError("python", `python3 >= 3.10 not found${seen.length ? ` (${seen.join(", ")})` : ""}`,
+    "install Python 3.10 or newer (e.g. apt-get install python3 python3-venv) or point ART_PYTHON at one");
+}
+
+function ensureVenv() {
+  if (fs.existsSync(VENV_PYTHON) && pythonVersion(VENV_PYTHON)?.ok) return log(".venv present");
+  if (fs.existsSync(VENV)) {
+    log(".venv is broken or too old: recreating it");
+    fs.rmSync(VENV, { recursive: true, force: true });
+  }
+  const python = findPython();
+  log(`creating .venv with ${python}`);
+  const result = run(python, ["-m", "venv", VENV]);
+  if (result.status !== 0) {
+    fs.rmSync(VENV, { recursive: true, force: true });
+    const noVenv = /ensurepip|No module named venv/.test(result.stderr + result.stdout);
+    throw new SetupError("venv", `${python} -m venv .venv failed:\n${tail(result.stderr + result.stdout)}`,
+      noVenv ? "install the venv module (Debian/Ubuntu: apt-get install python3-venv)" : "check that the Python install is complete");
+  }
+}
+
+// 4. Python packages: gpu-server (editable) with its notebook and dev extras. Re-run only when
+// pyproject.toml, the extras or the interpreter changed. ART_EXTRAS=vllm adds vLLM on GPU boxes.
+function installPythonPackages() {
+  const pyproject = path.join(ROOT, "gpu-server", "pyproject.toml");
+  const extras = ["notebook", "dev", ...(process.env.ART_EXTRAS ?? "").split(",").map((s) => s.trim()).filter(Boolean)];
+  const stampFile = path.join(VENV, ".art-setup.json");
+  const want = sha256(fs.readFileSync(pyproject), extras.join(","), pythonVersion(VENV_PYTHON).text);
+  if (readJson(stampFile)?.python === want) return log("Python packages up to date");
+  const logFile = path.join(VENV, "pip-install.log");
+  log(`installing Python packages: gpu-server[${extras.join(",")}] (the first run takes a few minutes; log: ${path.relative(ROOT, logFile)})`);
+  // One retry per index: an unreachable extra index otherwise costs ~8 s per package.
+  const retries = process.env.PIP_RETRIES ?? "1";
+  const result = run(VENV_PYTHON, ["-m", "pip", "install", "--retries", retries, "--disable-pip-version-check",
+    "-e", `${path.join(ROOT, "gpu-server")}[${extras.join(",")}]`]);
+  fs.writeFileSync(logFile, `${result.stdout}\n${result.stderr}`);
+  if (result.status !== 0) {
+    const output = `${result.stdout}\n${result.stderr}`;
+    const pkg = output.match(/No matching distribution found for ([^\s;]+)/)?.[1]
+      ?? output.match(/Could not find a version that satisfies the requirement ([^\s;]+)/)?.[1]
+      ?? output.match(/Failed to build ([^\s]+)/)?.[1]
+      ?? output.match(/Cannot install ([^\s]+)/)?.[1];
+    throw new SetupError("pip", `pip could not install ${pkg ?? "the Python packages"}:\n${tail(result.stderr || result.stdout)}`,
+      `read ${path.relative(ROOT, logFile)}; check that pip reaches an index with that package (pip config list), or install it into .venv by hand and re-run`);
+  }
+  fs.writeFileSync(stampFile, JSON.stringify({ python: want }));
+}
+
+// 5. The kernel: tslab, started by kernel/launch.cjs in the project root (see that file), with
+// absolute paths so Jupyter finds it from any folder. Registered into .venv, not the user's Jupyter.
+function registerKernel() {
+  const tslab = path.join(ROOT, "node_modules", "tslab", "bin", "tslab");
+  if (!fs.existsSync(tslab)) throw new SetupError("kernel", "node_modules/tslab is missing", "run npm ci");
+  const spec = {
+    argv: [process.execPath, path.join(ROOT, "kernel", "launch.cjs"), "{connection_file}"],
+    display_name: KERNEL_DISPLAY_NAME,
+    language: "typescript",
+    metadata: { art_project_root: ROOT },
+  };
+  const file = path.join(KERNEL_DIR, "kernel.json");
+  const text = `${JSON.stringify(spec, null, 2)}\n`;
+  if (fs.existsSync(file) && fs.readFileSync(file, "utf8") === text) return log(`kernel "${KERNEL_NAME}" registered`);
+  fs.mkdirSync(KERNEL_DIR, { recursive: true });
+  fs.writeFileSync(file, text);
+  log(`registered kernel "${KERNEL_NAME}" (${KERNEL_DISPLAY_NAME}) in ${path.relative(ROOT, KERNEL_DIR)}`);
+}
+
+// 6. Chromium for the browser tests (Debian's package; browsers cannot be downloaded by npm here).
+function ensureChromium() {
+  if (findChromium()) return log("chromium present");
+  const isRoot = process.getuid?.() === 0;
+  if (!isRoot || run("sh", ["-c", "command -v apt-get"]).status !== 0) {
+    throw new SetupError("chromium", "chromium not found (needed by the browser tests)",
+      "install it (Debian/Ubuntu: sudo apt-get install chromium) or point ART_CHROMIUM at a Chromium/Chrome binary");
+  }
+  log("installing chromium with apt-get");
+  const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
+  const update = run("apt-get", ["update", "-q"], { env });
+  const install = run("apt-get", ["install", "-y", "-q", "chromium"], { env });
+  if (install.status !== 0 || !findChromium()) {
+    throw new SetupError("chromium", `apt-get install chromium failed:\n${tail(update.stderr + install.stderr + install.stdout)}`,
+      "install chromium by hand (apt-get install chromium) or point ART_CHROMIUM at a Chromium/Chrome binary");
+  }
+}
+
+function main() {
+  const steps = [
+    ["node", checkNode],
+    ["npm", installNodeModules],
+    ["venv", ensureVenv],
+    ["pip", installPythonPackages],
+    ["kernel", registerKernel],
+    ...(wantBrowser ? [["chromium", ensureChromium]] : []),
+  ];
+  try {
+    for (const [, step] of steps) step();
+  } catch (error) {
+    if (!(error instanceof SetupError)) throw error;
+    console.error(`\n[setup] FAILED at step "${error.step}": ${error.message}\n[setup] fix: ${error.fix}`);
+    process.exit(1);
+  }
+  log(`done in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1]).href) main();

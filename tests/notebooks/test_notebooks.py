@@ -1,0 +1,112 @@
+"""Every notebook, executed headlessly by real Jupyter (nbclient) with the project's tslab kernel.
+
+`ART_SMOKE=1` tells each notebook's parameters cell to take its short configuration. The executed
+copies are written to `.artifacts/notebooks/` (also when a cell fails), so a failure can be opened.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nbclient
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+KERNEL_NAME = "art-typescript"
+OUT_DIR = ROOT / ".artifacts" / "notebooks"
+CELL_TIMEOUT_S = int(os.environ.get("ART_NOTEBOOK_CELL_TIMEOUT", "600"))
+
+
+def notebook_paths() -> list[Path]:
+    """The cookbook (notebooks/, without committed results) and the test notebooks."""
+    product = sorted(p for p in (ROOT / "notebooks").glob("*.ipynb"))
+    checks = sorted((ROOT / "tests" / "notebooks").glob("*.ipynb"))
+    return product + checks
+
+
+def executed_path(source: Path) -> Path:
+    return OUT_DIR / source.name
+
+
+_executed: dict[Path, nbformat.NotebookNode] = {}
+
+
+def execute(source: Path) -> nbformat.NotebookNode:
+    """Runs a notebook top to bottom (once per test session); raises AssertionError naming the
+    notebook, the cell and the error."""
+    if source in _executed:
+        return _executed[source]
+    nb = nbformat.read(source, as_version=4)
+    os.environ["ART_SMOKE"] = "1"  # inherited by the kernel process
+    client = nbclient.NotebookClient(
+        nb,
+        kernel_name=KERNEL_NAME,
+        timeout=CELL_TIMEOUT_S,
+        resources={"metadata": {"path": str(source.parent)}},
+    )
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    try:
+        client.execute()
+    except nbclient.exceptions.CellExecutionError as error:
+        index, cell = next(
+            ((i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code" and _failed(c)),
+            (None, None),
+        )
+        where = f"cell {index + 1} (id {cell.get('id')})" if cell is not None else "a cell"
+        raise AssertionError(f"{source.relative_to(ROOT)}: {where} failed:\n{error}") from None
+    except TimeoutError as error:
+        raise AssertionError(f"{source.relative_to(ROOT)}: a cell ran past {CELL_TIMEOUT_S} s: {error}") from None
+    finally:
+        nbformat.write(nb, executed_path(source))
+    _executed[source] = nb
+    return nb
+
+
+def _failed(cell: nbformat.NotebookNode) -> bool:
+    # tslab reports a thrown error only on stderr; nbclient stops at the failing cell, so the last
+    # code cell with stderr output (or without an execution count) is the one that failed.
+    return any(o.get("output_type") == "error" or o.get("name") == "stderr" for o in cell.get("outputs", []))
+
+
+@pytest.mark.parametrize("source", notebook_paths(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_notebook_runs_headlessly_in_smoke_configuration(source: Path) -> None:
+    nb = execute(source)
+    code_cells = [c for c in nb.cells if c.cell_type == "code"]
+    assert code_cells, f"{source.name} has no code cells"
+
+
+def outputs_of(nb: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    return [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+
+
+def test_kernel_check_shows_plotly_bundle_with_html_fallback_embedding_plotly_once() -> None:
+    nb = execute(ROOT / "tests" / "notebooks" / "kernel-check.ipynb")
+    charts = [o for o in outputs_of(nb) if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert len(charts) == 1, f"expected one plotly output, found {len(charts)}"
+    data = charts[0]["data"]
+    figure = data["application/vnd.plotly.v1+json"]
+    assert figure["data"][0]["type"] == "scatter" and len(figure["data"][0]["y"]) == 20
+    html = data["text/html"]
+    assert 'class="art-plotly"' in html and "Plotly.newPlot" in html
+    all_html = "".join(o.get("data", {}).get("text/html", "") for o in outputs_of(nb))
+    assert all_html.count("plotly.js v") >= 1, "plotly.js is not embedded in the HTML fallback"
+    assert all_html.count("window.define=undefined") == 1, "plotly.js must be embedded once per notebook"
+
+
+def test_kernel_check_table_and_progress_line_render_in_place() -> None:
+    nb = execute(ROOT / "tests" / "notebooks" / "kernel-check.ipynb")
+    outputs = outputs_of(nb)
+    tables = [o for o in outputs if 'class="art-table"' in o.get("data", {}).get("text/html", "")]
+    assert tables and "reward" in tables[0]["data"]["text/plain"]
+    progress = [o for o in outputs if 'class="art-progress"' in o.get("data", {}).get("text/html", "")]
+    # Ten updates and a finish land in one output, replaced in place, showing the final state.
+    assert len(progress) == 1, f"expected one progress output, found {len(progress)}"
+    assert progress[0]["data"]["text/plain"] == "counting [####################] 10/10 100% value 100"
+
+
+def test_kernel_resolves_lib_from_the_project_root() -> None:
+    nb = execute(ROOT / "tests" / "notebooks" / "kernel-check.ipynb")
+    streams = "".join(o.get("text", "") for o in outputs_of(nb) if o.get("output_type") == "stream")
+    assert str(ROOT) in streams, "the kernel did not start in the project root"
