@@ -1,0 +1,43 @@
+"""The FastAPI application: routers, error handlers, the body limit and the model manager."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from .. import __version__
+from ..config import ServerConfig
+from ..models.manager import ModelManager
+from . import serving
+from .errors import install_error_handlers
+from .limits import BodyLimit
+
+log = logging.getLogger(__name__)
+
+
+def create_app(config: ServerConfig) -> FastAPI:
+    manager = ModelManager(config)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if config.base_model:
+            await manager.ensure_base(config.base_model)
+        yield
+        await manager.close()
+
+    app = FastAPI(title="art-server", version=__version__, lifespan=lifespan,
+                  description="OpenAI-compatible serving of a base model and its per-step LoRA adapters, "
+                              "with GRPO and SFT training. Every route but /health needs `Authorization: Bearer <token>`.")
+    app.state.config = config
+    app.state.manager = manager
+    install_error_handlers(app)
+    app.include_router(serving.public)
+    app.include_router(serving.router)
+    return app
+
+
+def create_asgi(config: ServerConfig) -> Any:
+    return BodyLimit(create_app(config), config.max_body_bytes)

@@ -1,0 +1,20 @@
+"""Bearer-token authentication for every route except /health."""
+
+from __future__ import annotations
+
+import secrets
+
+from fastapi import Request
+
+from .errors import ApiError
+
+
+def require_token(request: Request) -> None:
+    expected: str = request.app.state.config.token
+    header = request.headers.get("authorization", "")
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer" or not given:
+        raise ApiError(401, "missing bearer token: send `Authorization: Bearer <token>` (the token the server printed "
+                            "in its ready line, or --token)", "invalid_api_key")
+    if not secrets.compare_digest(given.strip().encode(), expected.encode()):
+        raise ApiError(401, "wrong bearer token for this server", "invalid_api_key")

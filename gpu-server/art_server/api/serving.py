@@ -1,0 +1,135 @@
+"""Serving routes: health, the model list, chat completions, and runtime adapter loading
+(the same `/v1/load_lora_adapter` shape as vLLM)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from .. import __version__
+from ..engine.base import EngineError
+from ..models.manager import ModelManager, ModelNotFound
+from ..models.names import NameError_, check_name, split_adapter_name
+from .auth import require_token
+from .errors import ApiError, error_body
+from .schemas import ChatCompletionRequest, Health, LoadAdapterRequest, ModelList, UnloadAdapterRequest
+
+public = APIRouter()
+router = APIRouter(dependencies=[Depends(require_token)])
+
+
+def manager_of(request: Request) -> ModelManager:
+    return request.app.state.manager
+
+
+@public.get("/health", response_model=Health, summary="Liveness; needs no token")
+async def health(request: Request) -> Health:
+    manager = manager_of(request)
+    return Health(version=__version__, engine=manager.engine.kind if manager.engine else None, base_model=manager.base_model)
+
+
+@router.get("/v1/models", response_model=ModelList, summary="The base model and every served adapter step")
+async def list_models(request: Request) -> ModelList:
+    return ModelList(data=manager_of(request).listing())
+
+
+@router.get("/v1/engine/stats", summary="Engine load: pending and running sequences, tokens generated")
+async def engine_stats(request: Request) -> dict[str, Any]:
+    manager = manager_of(request)
+    return manager.engine.stats() if manager.engine else {"engine": None}
+
+
+def _resolve(manager: ModelManager, model: str) -> str | None:
+    try:
+        return manager.resolve(model)
+    except ModelNotFound as error:
+        raise ApiError(404, str(error), "model_not_found", "model") from None
+
+
+async def _watch_disconnect(request: Request, flag: asyncio.Event) -> None:
+    while not flag.is_set():
+        if await request.is_disconnected():
+            flag.set()
+            return
+        await asyncio.sleep(0.05)
+
+
+@router.post("/v1/chat/completions", summary="OpenAI chat completions, with prompt_token_ids and per-choice token_ids")
+async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
+    manager = manager_of(request)
+    config = request.app.state.config
+    if body.n > config.max_n:
+        raise ApiError(400, f"n={body.n} is over this server's limit of {config.max_n} (--max-n)", "invalid_value", "n")
+    adapter = _resolve(manager, body.model)
+    engine = manager.require_engine()
+    payload = body.model_dump(exclude_none=True, mode="json")
+    request_id = f"chatcmpl-{secrets.token_hex(12)}"
+    if body.stream:
+        stream = engine.chat_completion_stream(payload, adapter, request_id)
+        first = await stream.__anext__()  # errors before the first token still get a status code
+        return StreamingResponse(_sse(first, stream), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    disconnected = asyncio.Event()
+    watcher = asyncio.create_task(_watch_disconnect(request, disconnected))
+    try:
+        result = await engine.chat_completion(payload, adapter, request_id, disconnected)
+    finally:
+        disconnected.set()
+        watcher.cancel()
+    return JSONResponse(result)
+
+
+async def _sse(first: dict[str, Any], rest: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    try:
+        yield f"data: {json.dumps(first)}\n\n".encode()
+        async for chunk in rest:
+            yield f"data: {json.dumps(chunk)}\n\n".encode()
+    except EngineError as error:
+        yield f"data: {json.dumps(error_body(error.status, str(error), error.code))}\n\n".encode()
+    finally:
+        with contextlib.suppress(Exception):
+            await rest.aclose()  # a client that went away cancels its sequences here
+    yield b"data: [DONE]\n\n"
+
+
+def _adapter_name(lora_name: str) -> tuple[str, int]:
+    try:
+        name, step = split_adapter_name(lora_name)
+        check_name("model", name)
+    except NameError_ as error:
+        raise ApiError(400, str(error), "invalid_value", "lora_name") from None
+    if step is None:
+        raise ApiError(400, f"lora_name {lora_name!r} needs a step: name@step", "invalid_value", "lora_name")
+    return name, step
+
+
+@router.post("/v1/load_lora_adapter", summary="Serve a PEFT adapter folder as name@step (vLLM's runtime LoRA API)")
+async def load_lora_adapter(body: LoadAdapterRequest, request: Request) -> dict[str, str]:
+    name, step = _adapter_name(body.lora_name)
+    path = Path(body.lora_path).expanduser()
+    if not path.is_dir():
+        raise ApiError(400, f"lora_path {body.lora_path!r} is not a folder on the server", "invalid_value", "lora_path")
+    manager = manager_of(request)
+    try:
+        await manager.add_adapter(name, step, path.resolve())
+    except ModelNotFound as error:
+        raise ApiError(404, str(error), "model_not_found") from None
+    return {"status": "ok", "model": body.lora_name}
+
+
+@router.post("/v1/unload_lora_adapter", summary="Stop serving name@step")
+async def unload_lora_adapter(body: UnloadAdapterRequest, request: Request) -> dict[str, str]:
+    name, step = _adapter_name(body.lora_name)
+    try:
+        await manager_of(request).remove_adapter(name, step)
+    except ModelNotFound as error:
+        raise ApiError(404, str(error), "model_not_found", "lora_name") from None
+    return {"status": "ok", "model": body.lora_name}

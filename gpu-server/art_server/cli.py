@@ -1,0 +1,89 @@
+"""`art-server`: starts the server, then prints one JSON line to stdout once it serves:
+
+    {"event": "ready", "url": "http://127.0.0.1:PORT", "token": "...", ...}
+
+so a client (the TypeScript LocalBackend) can start it and know where it is. Logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+
+from . import __version__
+from .config import ServerConfig, parse_args
+
+
+def configure_logging(level: str) -> dict:
+    logging.basicConfig(stream=sys.stderr, level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except Exception:
+        pass
+    # uvicorn's access log goes to stdout by default; stdout carries only the ready line.
+    handler = {"class": "logging.StreamHandler", "stream": "ext://sys.stderr", "formatter": "plain"}
+    return {
+        "version": 1, "disable_existing_loggers": False,
+        "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+        "handlers": {"stderr": handler},
+        "loggers": {name: {"handlers": ["stderr"], "level": level.upper(), "propagate": False}
+                    for name in ("uvicorn", "uvicorn.error", "uvicorn.access")},
+    }
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+async def serve(config: ServerConfig, log_config: dict) -> None:
+    import uvicorn
+
+    from .api.app import create_asgi
+
+    sock = bind(config.host, config.port)
+    port = sock.getsockname()[1]
+    uv = uvicorn.Config(create_asgi(config), log_config=log_config, log_level=config.log_level, timeout_keep_alive=30,
+                        backlog=2048, timeout_graceful_shutdown=5)
+    server = uvicorn.Server(uv)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if task.done():
+            await task  # startup failed: raise its error
+            raise SystemExit("art-server stopped during startup")
+        await asyncio.sleep(0.02)
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    print(json.dumps({"event": "ready", "url": f"http://{host}:{port}", "token": config.token, "pid": os.getpid(),
+                      "version": __version__, "data_dir": str(config.data_dir), "base_model": config.base_model}), flush=True)
+    await task
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = parse_args(argv)
+    log_config = configure_logging(config.log_level)
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        asyncio.run(serve(config, log_config))
+    except KeyboardInterrupt:
+        pass
+    except OSError as error:
+        print(f"art-server: cannot listen on {config.host}:{config.port}: {error}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

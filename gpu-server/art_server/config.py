@@ -1,0 +1,94 @@
+"""Server configuration: command-line flags, each with a matching ART_* environment variable."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 0
+    token: str = ""
+    data_dir: Path = field(default_factory=lambda: Path(".art"))
+    base_model: str | None = None
+    engine: str = "auto"  # auto | hf | vllm
+    device: str = "auto"  # auto | cpu | cuda
+    dtype: str = "auto"
+    max_body_bytes: int = 32 * 1024 * 1024
+    max_batch_size: int = 256
+    max_n: int = 256
+    log_level: str = "info"
+    # vllm engine
+    vllm_command: str = "vllm"
+    vllm_args: str = ""
+    vllm_gpu_memory_utilization: float = 0.8
+    vllm_max_lora_rank: int = 64
+    vllm_startup_timeout_s: float = 900.0
+
+    @property
+    def loopback(self) -> bool:
+        return is_loopback(self.host)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _env(name: str, default: str | None) -> str | None:
+    return os.environ.get(f"ART_{name}", default)
+
+
+def parse_args(argv: list[str] | None = None) -> ServerConfig:
+    d = ServerConfig()
+    p = argparse.ArgumentParser(
+        prog="art-server",
+        description="OpenAI-compatible serving of a base model and its per-step LoRA adapters, with GRPO/SFT training.",
+    )
+    p.add_argument("--host", default=_env("HOST", d.host), help="bind address (ART_HOST; default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=int(_env("PORT", str(d.port))), help="port, 0 picks a free one (ART_PORT)")
+    p.add_argument("--token", default=_env("SERVER_TOKEN", None),
+                   help="bearer token clients must send (ART_SERVER_TOKEN); generated on loopback when not given, "
+                        "required on any other address")
+    p.add_argument("--data-dir", default=_env("DATA_DIR", str(d.data_dir)), help="models, checkpoints, logs (ART_DATA_DIR)")
+    p.add_argument("--base-model", default=_env("BASE_MODEL", None),
+                   help="preload a base model: builtin:tiny, builtin:small, a Hugging Face id in the local cache, or a path")
+    p.add_argument("--engine", choices=["auto", "hf", "vllm"], default=_env("ENGINE", d.engine),
+                   help="auto: vllm when installed and a CUDA device is present, else hf (ART_ENGINE)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=_env("DEVICE", d.device), help="hf engine device (ART_DEVICE)")
+    p.add_argument("--dtype", default=_env("DTYPE", d.dtype), help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16")
+    p.add_argument("--max-body-bytes", type=int, default=int(_env("MAX_BODY_BYTES", str(d.max_body_bytes))),
+                   help="requests with a larger body get 413 (ART_MAX_BODY_BYTES)")
+    p.add_argument("--max-batch-size", type=int, default=int(_env("MAX_BATCH_SIZE", str(d.max_batch_size))),
+                   help="hf engine: most sequences decoded together")
+    p.add_argument("--max-n", type=int, default=int(_env("MAX_N", str(d.max_n))), help="largest n per request")
+    p.add_argument("--log-level", default=_env("LOG_LEVEL", d.log_level))
+    p.add_argument("--vllm-command", default=_env("VLLM_COMMAND", d.vllm_command),
+                   help="how to start vLLM (default: vllm); its `serve` subcommand is used")
+    p.add_argument("--vllm-args", default=_env("VLLM_ARGS", d.vllm_args), help="extra arguments for vllm serve")
+    p.add_argument("--vllm-gpu-memory-utilization", type=float,
+                   default=float(_env("VLLM_GPU_MEMORY_UTILIZATION", str(d.vllm_gpu_memory_utilization))))
+    p.add_argument("--vllm-max-lora-rank", type=int, default=int(_env("VLLM_MAX_LORA_RANK", str(d.vllm_max_lora_rank))))
+    p.add_argument("--vllm-startup-timeout", type=float, default=float(_env("VLLM_STARTUP_TIMEOUT", str(d.vllm_startup_timeout_s))))
+    a = p.parse_args(argv)
+    if not a.token:
+        if not is_loopback(a.host):
+            p.error(f"--token (or ART_SERVER_TOKEN) is required when binding {a.host}, a non-loopback address")
+        a.token = secrets.token_urlsafe(24)
+    return ServerConfig(
+        host=a.host, port=a.port, token=a.token, data_dir=Path(a.data_dir).resolve(), base_model=a.base_model,
+        engine=a.engine, device=a.device, dtype=a.dtype, max_body_bytes=a.max_body_bytes,
+        max_batch_size=a.max_batch_size, max_n=a.max_n, log_level=a.log_level, vllm_command=a.vllm_command,
+        vllm_args=a.vllm_args, vllm_gpu_memory_utilization=a.vllm_gpu_memory_utilization,
+        vllm_max_lora_rank=a.vllm_max_lora_rank, vllm_startup_timeout_s=a.vllm_startup_timeout,
+    )

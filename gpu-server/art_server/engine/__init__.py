@@ -1,0 +1,1 @@
+"""Inference engines: one interface (base.py), two implementations (hf.py, vllm.py)."""

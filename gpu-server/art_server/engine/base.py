@@ -1,0 +1,60 @@
+"""The engine interface: what the HTTP layer and the trainer need from an inference engine.
+
+Engines speak the OpenAI chat-completions shape (plain dicts, already validated by the HTTP
+layer) and always return what training needs: `prompt_token_ids` on the response and, per choice,
+the sampled `token_ids` and their logprobs (vLLM's field names, so both engines look alike).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+
+class EngineError(Exception):
+    """A request the engine refuses; `status` and `code` become the OpenAI-style error."""
+
+    def __init__(self, message: str, status: int = 400, code: str = "invalid_value", param: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.param = param
+
+
+class Engine(ABC):
+    """One base model plus any number of LoRA adapters of it, served side by side."""
+
+    kind: str  # "hf" | "vllm"
+    base_model: str  # the name clients use for the base model (e.g. "builtin:tiny")
+    context_length: int
+
+    @abstractmethod
+    async def chat_completion(self, body: dict[str, Any], adapter: str | None, request_id: str,
+                              disconnected: asyncio.Event) -> dict[str, Any]:
+        """A `chat.completion` object. `adapter` is an adapter key or None for the base model.
+        When `disconnected` is set the engine stops generating and frees the slot."""
+
+    @abstractmethod
+    def chat_completion_stream(self, body: dict[str, Any], adapter: str | None, request_id: str) -> AsyncIterator[dict[str, Any]]:
+        """`chat.completion.chunk` objects; closing the iterator early cancels the request."""
+
+    @abstractmethod
+    async def load_adapter(self, key: str, path: Path) -> None:
+        """Makes the PEFT adapter folder at `path` servable under `key`."""
+
+    @abstractmethod
+    async def unload_adapter(self, key: str) -> None: ...
+
+    async def sleep(self) -> None:
+        """Frees accelerator memory for training; requests wait until `wake`."""
+
+    async def wake(self) -> None: ...
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    def stats(self) -> dict[str, Any]:
+        return {}

@@ -1,0 +1,314 @@
+"""The transformers engine: a base model plus PEFT LoRA adapters in this process, on CPU or CUDA,
+with continuous batching across concurrent requests (see scheduler.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..chat.prompt import PromptError, prompt_token_ids
+from .base import Engine, EngineError
+from .openai_format import ChoiceState, StreamText, TokenText, chunk_object, completion_object, finish_choice
+from .sampling import RowParams
+from .scheduler import BatchScheduler, ErrorEvent, FinishEvent, Sequence, SequenceEvent, TokenEvent
+
+log = logging.getLogger(__name__)
+
+
+class HFModelRunner:
+    """Forward passes of the base model with one adapter (or none) chosen per call."""
+
+    def __init__(self, model: Any, tokenizer: Any, device: torch.device):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = device
+        self.adapter_slots: dict[str, str] = {}  # public key (e.g. "agent@3") -> PEFT adapter name
+        self._slot_counter = 0
+
+    @property
+    def peft(self) -> Any:
+        from peft import PeftModel
+
+        return self.model if isinstance(self.model, PeftModel) else None
+
+    def forward(self, adapter: str | None, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                position_ids: torch.Tensor, past_key_values: Any) -> tuple[torch.Tensor, Any]:
+        from transformers import DynamicCache
+
+        peft = self.peft
+        if adapter is None:
+            ctx = peft.disable_adapter() if peft is not None else contextlib.nullcontext()
+        else:
+            peft.set_adapter(self.adapter_slots[adapter])
+            ctx = contextlib.nullcontext()
+        with ctx, torch.inference_mode():
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                             past_key_values=past_key_values if past_key_values is not None else DynamicCache(),
+                             use_cache=True, logits_to_keep=1)
+        return out.logits, out.past_key_values
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    def load_adapter(self, key: str, path: Path) -> None:
+        from peft import PeftModel
+
+        self._slot_counter += 1
+        slot = f"serve{self._slot_counter}"  # PEFT module keys cannot hold every character of a key
+        if self.peft is None:
+            self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=slot, is_trainable=False)
+        else:
+            self.peft.load_adapter(str(path), adapter_name=slot, is_trainable=False)
+        old = self.adapter_slots.get(key)
+        self.adapter_slots[key] = slot
+        if old:
+            self.peft.delete_adapter(old)
+        self.model.eval()
+
+    def unload_adapter(self, key: str) -> None:
+        slot = self.adapter_slots.pop(key, None)
+        if slot and self.peft is not None:
+            self.peft.delete_adapter(slot)
+
+
+def _seed_generator(seed: int, index: int, device: torch.device) -> torch.Generator:
+    digest = hashlib.sha256(f"{seed}:{index}".encode()).digest()
+    return torch.Generator(device=device).manual_seed(int.from_bytes(digest[:8], "little"))
+
+
+class HFEngine(Engine):
+    kind = "hf"
+
+    def __init__(self, base_model: str, model: Any, tokenizer: Any, device: torch.device, max_batch_size: int = 256,
+                 seed: int = 0):
+        self.base_model = base_model
+        self.tokenizer = tokenizer
+        self.device = device
+        self.context_length = int(getattr(model.config, "max_position_embeddings", 0) or tokenizer.model_max_length)
+        self.runner = HFModelRunner(model, tokenizer, device)
+        eos = set()
+        for source in (model.generation_config.eos_token_id, tokenizer.eos_token_id):
+            if isinstance(source, int):
+                eos.add(source)
+            elif source:
+                eos.update(source)
+        self.eos_token_ids = eos
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos), 0)
+        self.scheduler = BatchScheduler(self.runner, eos, max_batch_size=max_batch_size, pad_token_id=pad, seed=seed)
+        self.token_text = TokenText(tokenizer)
+        self.requests_served = 0
+
+    # -- adapters ------------------------------------------------------------------------------
+    async def load_adapter(self, key: str, path: Path) -> None:
+        def load() -> None:
+            with self.scheduler.model_lock:
+                self.runner.load_adapter(key, path)
+
+        await asyncio.to_thread(load)
+
+    async def unload_adapter(self, key: str) -> None:
+        def unload() -> None:
+            with self.scheduler.model_lock:
+                self.runner.unload_adapter(key)
+
+        await asyncio.to_thread(unload)
+
+    async def sleep(self) -> None:
+        self.scheduler.pause()
+
+    async def wake(self) -> None:
+        self.scheduler.resume()
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.scheduler.shutdown)
+
+    def stats(self) -> dict[str, Any]:
+        return {"engine": "hf", "device": str(self.device), **self.scheduler.load(), "steps": self.scheduler.steps,
+                "tokens_generated": self.scheduler.tokens_generated, "adapters": sorted(self.runner.adapter_slots)}
+
+    # -- requests ------------------------------------------------------------------------------
+    def _prepare(self, body: dict[str, Any], adapter: str | None, request_id: str,
+                 emit: Any) -> tuple[list[int], list[Sequence], list[str]]:
+        if adapter is not None and adapter not in self.runner.adapter_slots:
+            raise EngineError(f"adapter {adapter!r} is not loaded", status=404, code="model_not_found", param="model")
+        try:
+            prompt = prompt_token_ids(self.tokenizer, body["messages"], body.get("tools"))
+        except PromptError as error:
+            raise EngineError(str(error), param="messages") from error
+        room = self.context_length - len(prompt)
+        if room <= 0:
+            raise EngineError(
+                f"This model's maximum context length is {self.context_length} tokens; the messages are {len(prompt)} tokens. "
+                "Shorten the conversation.", code="context_length_exceeded", param="messages")
+        requested = body.get("max_completion_tokens") or body.get("max_tokens")
+        if requested is not None and requested > room:
+            raise EngineError(
+                f"This model's maximum context length is {self.context_length} tokens; you requested {len(prompt) + requested} "
+                f"({len(prompt)} in the messages, {requested} for the completion). Lower max_tokens to at most {room}.",
+                code="context_length_exceeded", param="max_tokens")
+        max_tokens = requested or room
+        stop = body.get("stop") or []
+        stop = [stop] if isinstance(stop, str) else list(stop)
+        seqs = []
+        for index in range(body.get("n") or 1):
+            seed = body.get("seed")
+            params = RowParams(
+                temperature=float(body["temperature"]) if body.get("temperature") is not None else 1.0,
+                top_p=float(body["top_p"]) if body.get("top_p") is not None else 1.0,
+                top_k=int(body.get("top_k") or 0) if (body.get("top_k") or 0) > 0 else 0,
+                top_logprobs=int(body.get("top_logprobs") or 0),
+                generator=_seed_generator(seed, index, self.device) if seed is not None else None,
+            )
+            seqs.append(Sequence(request_id, index, adapter, prompt, max_tokens, params, emit, stop))
+        return prompt, seqs, stop
+
+    def _parse_tools(self, body: dict[str, Any]) -> bool:
+        return bool(body.get("tools")) and body.get("tool_choice") != "none"
+
+    async def _events(self, body: dict[str, Any], adapter: str | None, request_id: str):
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[SequenceEvent] = asyncio.Queue()
+
+        def emit(event: SequenceEvent) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, event)
+
+        prompt, seqs, stop = self._prepare(body, adapter, request_id, emit)
+        self.scheduler.submit(seqs)
+        return prompt, seqs, stop, queue
+
+    def _model_name(self, body: dict[str, Any]) -> str:
+        return body["model"]
+
+    async def chat_completion(self, body: dict[str, Any], adapter: str | None, request_id: str,
+                              disconnected: asyncio.Event) -> dict[str, Any]:
+        prompt, seqs, stop, queue = await self._events(body, adapter, request_id)
+        states = [ChoiceState(i) for i in range(len(seqs))]
+        pending = len(seqs)
+        watcher = asyncio.create_task(disconnected.wait())
+        try:
+            while pending:
+                getter = asyncio.create_task(queue.get())
+                done, _ = await asyncio.wait({getter, watcher}, return_when=asyncio.FIRST_COMPLETED)
+                if getter not in done:
+                    getter.cancel()
+                    self.scheduler.cancel(request_id)
+                    raise asyncio.CancelledError("client disconnected")
+                event = getter.result()
+                state = states[event.index]
+                if isinstance(event, TokenEvent):
+                    state.token_ids.append(event.token_id)
+                    state.logprobs.append(event.logprob)
+                    state.top_logprobs.append(event.top_logprobs)
+                elif isinstance(event, FinishEvent):
+                    state.finish_reason = event.reason
+                    pending -= 1
+                elif isinstance(event, ErrorEvent):
+                    state.error = event.message
+                    pending -= 1
+        except BaseException:
+            self.scheduler.cancel(request_id)
+            raise
+        finally:
+            watcher.cancel()
+        errors = [s.error for s in states if s.error]
+        if errors:
+            raise EngineError(f"generation failed: {errors[0]}", status=500, code="engine_error")
+        self.requests_served += 1
+        parse_tools = self._parse_tools(body)
+        choices = []
+        for state in states:
+            choice = {"index": state.index, **finish_choice(self.tokenizer, state, stop, parse_tools)}
+            choice["logprobs"] = {"content": [
+                self.token_text.entry(t, lp, top if body.get("logprobs") else None)
+                for t, lp, top in zip(state.token_ids, state.logprobs, state.top_logprobs)
+            ]}
+            choice["token_ids"] = state.token_ids
+            choices.append(choice)
+        completion_tokens = sum(len(s.token_ids) for s in states)
+        return completion_object(request_id, self._model_name(body), prompt, choices, completion_tokens)
+
+    async def chat_completion_stream(self, body: dict[str, Any], adapter: str | None,
+                                     request_id: str) -> AsyncIterator[dict[str, Any]]:
+        prompt, seqs, stop, queue = await self._events(body, adapter, request_id)
+        model = self._model_name(body)
+        created = int(time.time())
+        parse_tools = self._parse_tools(body)
+        states = [ChoiceState(i) for i in range(len(seqs))]
+        texts = [StreamText(self.tokenizer, stop, parse_tools) for _ in seqs]
+        pending = len(seqs)
+        try:
+            yield chunk_object(request_id, model, created,
+                               [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                                 "finish_reason": None} for i in range(len(seqs))],
+                               prompt_token_ids=prompt)
+            while pending:
+                event = await queue.get()
+                state = states[event.index]
+                if isinstance(event, TokenEvent):
+                    state.token_ids.append(event.token_id)
+                    entry = self.token_text.entry(event.token_id, event.logprob, event.top_logprobs if body.get("logprobs") else None)
+                    yield chunk_object(request_id, model, created, [{
+                        "index": event.index, "delta": {"content": texts[event.index].delta(state.token_ids)},
+                        "logprobs": {"content": [entry]}, "finish_reason": None, "token_ids": [event.token_id],
+                    }])
+                elif isinstance(event, ErrorEvent):
+                    raise EngineError(f"generation failed: {event.message}", status=500, code="engine_error")
+                elif isinstance(event, FinishEvent):
+                    pending -= 1
+                    state.finish_reason = event.reason
+                    final = finish_choice(self.tokenizer, state, stop, parse_tools)
+                    delta: dict[str, Any] = {}
+                    if final["finish_reason"] == "tool_calls":
+                        delta["tool_calls"] = [{"index": k, **call} for k, call in enumerate(final["message"]["tool_calls"])]
+                    else:
+                        rest = texts[event.index].rest(state.token_ids)
+                        if rest:
+                            delta["content"] = rest
+                    yield chunk_object(request_id, model, created, [{
+                        "index": event.index, "delta": delta, "logprobs": None,
+                        "finish_reason": final["finish_reason"], "token_ids": [],
+                    }])
+            self.requests_served += 1
+            options = body.get("stream_options") or {}
+            if options.get("include_usage"):
+                completion_tokens = sum(len(s.token_ids) for s in states)
+                yield chunk_object(request_id, model, created, [], usage={
+                    "prompt_tokens": len(prompt), "completion_tokens": completion_tokens,
+                    "total_tokens": len(prompt) + completion_tokens})
+        finally:
+            if pending:
+                self.scheduler.cancel(request_id)
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda was asked for, but torch sees no CUDA device (torch.cuda.is_available() is False)")
+    return torch.device(device)
+
+
+def load_hf_engine(base_model: str, model_path: str | Path, device: str = "auto", dtype: str = "auto",
+                   max_batch_size: int = 256) -> HFEngine:
+    """Loads a base model from a local folder or the local Hugging Face cache (never downloads)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_device = resolve_device(device)
+    if dtype == "auto":
+        torch_dtype = torch.bfloat16 if torch_device.type == "cuda" else torch.float32
+    else:
+        torch_dtype = getattr(torch, dtype)
+    started = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(str(model_path), local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch_dtype, local_files_only=True).to(torch_device)
+    model.eval()
+    log.info("loaded %s on %s (%s) in %.2f s", base_model, torch_device, torch_dtype, time.perf_counter() - started)
+    return HFEngine(base_model, model, tokenizer, torch_device, max_batch_size=max_batch_size)

@@ -1,0 +1,80 @@
+"""Next-token sampling for a batch of sequences, each with its own parameters, returning the
+logprob of each sampled token under the distribution it was actually drawn from (after
+temperature, top-k and top-p), which is what the trainer's importance ratio needs.
+
+Temperature 0 means greedy decoding; its logprobs come from the raw logits (temperature 1), not
+from logits divided by a tiny number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class RowParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0: off
+    top_logprobs: int = 0
+    generator: torch.Generator | None = None  # set when the request has a seed
+
+
+@dataclass
+class SampledTokens:
+    token_ids: list[int]
+    logprobs: list[float]
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+
+
+def processed_logprobs(logits: torch.Tensor, temperature: float, top_p: float = 1.0, top_k: int = 0) -> torch.Tensor:
+    """Log-probabilities of the distribution sampled from, for one row of logits (float32)."""
+    if temperature <= 0:
+        return torch.log_softmax(logits, dim=-1)
+    scaled = logits / temperature
+    if top_k and 0 < top_k < scaled.shape[-1]:
+        kth = torch.topk(scaled, top_k).values[..., -1, None]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(scaled, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        # Keep the smallest prefix whose mass reaches top_p (always at least the top token).
+        remove = (probs.cumsum(dim=-1) - probs) >= top_p
+        sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
+        scaled = torch.full_like(scaled, float("-inf")).scatter(-1, order, sorted_logits)
+    return torch.log_softmax(scaled, dim=-1)
+
+
+def sample(logits: torch.Tensor, rows: list[RowParams], generator: torch.Generator | None = None) -> SampledTokens:
+    """Samples one token per row of `logits` [B, V]."""
+    logits = logits.float()
+    out = SampledTokens([], [], [])
+    plain = all(r.temperature == 1.0 and r.top_p >= 1.0 and not r.top_k for r in rows)
+    if plain:
+        logprob_rows = torch.log_softmax(logits, dim=-1)
+    else:
+        logprob_rows = torch.stack([processed_logprobs(logits[i], r.temperature, r.top_p, r.top_k) for i, r in enumerate(rows)])
+    greedy = [i for i, r in enumerate(rows) if r.temperature <= 0]
+    seeded = [i for i, r in enumerate(rows) if r.temperature > 0 and r.generator is not None]
+    shared = [i for i, r in enumerate(rows) if r.temperature > 0 and r.generator is None]
+    chosen = torch.empty(len(rows), dtype=torch.long, device=logits.device)
+    if greedy:
+        chosen[greedy] = torch.argmax(logits[greedy], dim=-1)
+    if shared:
+        probs = torch.exp(logprob_rows[shared])
+        chosen[shared] = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    for i in seeded:
+        chosen[i] = torch.multinomial(torch.exp(logprob_rows[i]), 1, generator=rows[i].generator).squeeze(-1)
+    picked = logprob_rows.gather(-1, chosen[:, None]).squeeze(-1)
+    out.token_ids = chosen.tolist()
+    out.logprobs = picked.tolist()
+    k = max((r.top_logprobs for r in rows), default=0)
+    if k:
+        values, indices = torch.topk(logprob_rows, min(k, logprob_rows.shape[-1]), dim=-1)
+        values, indices = values.tolist(), indices.tolist()
+        out.top_logprobs = [list(zip(indices[i][: r.top_logprobs], values[i][: r.top_logprobs])) for i, r in enumerate(rows)]
+    else:
+        out.top_logprobs = [[] for _ in rows]
+    return out

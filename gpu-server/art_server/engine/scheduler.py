@@ -1,0 +1,279 @@
+"""Continuous batching for the transformers engine.
+
+One background thread owns the model. Sequences from concurrent requests are grouped by adapter;
+each group runs as one batch with a shared KV cache, advanced a token at a time, and the groups
+take turns, so several adapters of one base are served side by side. New sequences join at the
+next admission (a group with a running batch gets a second batch only when the first finishes,
+keeping each cache rectangular); finished and cancelled rows leave the batch at once.
+
+Every sampled token is reported with its id and logprob through the sequence's `emit` callback,
+called on the scheduler thread (the caller hands it over to its event loop).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from .sampling import RowParams, sample
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TokenEvent:
+    index: int
+    token_id: int
+    logprob: float
+    top_logprobs: list[tuple[int, float]]
+
+
+@dataclass
+class FinishEvent:
+    index: int
+    reason: str  # "stop" | "length" | "cancelled"
+
+
+@dataclass
+class ErrorEvent:
+    index: int
+    message: str
+
+
+SequenceEvent = TokenEvent | FinishEvent | ErrorEvent
+
+
+@dataclass
+class Sequence:
+    """One choice of one request: a prompt to continue, its limits and where its events go."""
+
+    request_id: str
+    index: int
+    adapter: str | None  # None: the base model
+    prompt_ids: list[int]
+    max_tokens: int
+    params: RowParams
+    emit: Callable[[SequenceEvent], None]
+    stop: list[str] = field(default_factory=list)
+    generated: list[int] = field(default_factory=list)
+    done: bool = False
+
+
+class ModelRunner(Protocol):
+    """What the scheduler needs from the model: a forward pass with an adapter chosen per call."""
+
+    device: torch.device
+
+    def forward(self, adapter: str | None, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                position_ids: torch.Tensor, past_key_values: Any) -> tuple[torch.Tensor, Any]: ...
+
+    def decode(self, token_ids: list[int]) -> str: ...
+
+
+class _Batch:
+    def __init__(self, adapter: str | None, seqs: list[Sequence]):
+        self.adapter = adapter
+        self.seqs = seqs
+        self.cache: Any = None
+        self.mask: torch.Tensor | None = None
+        self.positions: torch.Tensor | None = None
+        self.last_tokens: torch.Tensor | None = None
+
+
+class BatchScheduler:
+    def __init__(self, runner: ModelRunner, eos_token_ids: set[int], max_batch_size: int = 256,
+                 pad_token_id: int = 0, seed: int = 0):
+        self.runner = runner
+        self.eos_token_ids = eos_token_ids
+        self.max_batch_size = max_batch_size
+        self.pad_token_id = pad_token_id
+        self.generator = torch.Generator(device=runner.device).manual_seed(seed)
+        self.model_lock = threading.RLock()  # held for every forward; take it to change the model
+        self._pending: dict[str | None, deque[Sequence]] = defaultdict(deque)
+        self._running: list[_Batch] = []
+        self._cancelled: set[str] = set()
+        self._cv = threading.Condition()
+        self._paused = 0
+        self._stopped = False
+        self.steps = 0
+        self.tokens_generated = 0
+        self._thread = threading.Thread(target=self._loop, name="art-engine", daemon=True)
+        self._thread.start()
+
+    # -- called from other threads ------------------------------------------------------------
+    def submit(self, seqs: list[Sequence]) -> None:
+        with self._cv:
+            if self._stopped:
+                raise RuntimeError("the engine is shut down")
+            for seq in seqs:
+                self._pending[seq.adapter].append(seq)
+            self._cv.notify()
+
+    def cancel(self, request_id: str) -> None:
+        with self._cv:
+            self._cancelled.add(request_id)
+            self._cv.notify()
+
+    def pause(self) -> None:
+        """Stops stepping (running batches keep their state) until `resume`; used around training."""
+        with self._cv:
+            self._paused += 1
+
+    def resume(self) -> None:
+        with self._cv:
+            self._paused = max(0, self._paused - 1)
+            self._cv.notify()
+
+    def load(self) -> dict[str, int]:
+        with self._cv:
+            return {
+                "pending": sum(len(q) for q in self._pending.values()),
+                "running": sum(len(b.seqs) for b in self._running),
+            }
+
+    def shutdown(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._cv.notify()
+        self._thread.join(timeout=10)
+
+    # -- the scheduler thread -----------------------------------------------------------------
+    def _loop(self) -> None:
+        torch.set_grad_enabled(False)
+        while True:
+            with self._cv:
+                while not self._stopped and (self._paused or not (self._running or any(self._pending.values()))):
+                    self._cv.wait()
+                if self._stopped:
+                    break
+                self._drop_cancelled_pending()
+                admitted = self._admit()
+            for batch in admitted:
+                self._run(batch, prefill=True)
+            for batch in list(self._running):
+                if batch not in admitted:
+                    self._run(batch, prefill=False)
+            self._running = [b for b in self._running if b.seqs]
+        self._fail_everything("the engine shut down")
+
+    def _drop_cancelled_pending(self) -> None:
+        if not self._cancelled:
+            return
+        for queue in self._pending.values():
+            for seq in [s for s in queue if s.request_id in self._cancelled]:
+                queue.remove(seq)
+                seq.emit(FinishEvent(seq.index, "cancelled"))
+        live = {s.request_id for b in self._running for s in b.seqs} | {s.request_id for q in self._pending.values() for s in q}
+        self._cancelled &= live
+
+    def _admit(self) -> list[_Batch]:
+        busy = {b.adapter for b in self._running}
+        room = self.max_batch_size - sum(len(b.seqs) for b in self._running)
+        admitted = []
+        for adapter, queue in self._pending.items():
+            if adapter in busy or not queue or room <= 0:
+                continue
+            take = [queue.popleft() for _ in range(min(room, len(queue)))]
+            room -= len(take)
+            batch = _Batch(adapter, take)
+            self._running.append(batch)
+            admitted.append(batch)
+        return admitted
+
+    def _run(self, batch: _Batch, prefill: bool) -> None:
+        try:
+            with self.model_lock:
+                logits = self._prefill(batch) if prefill else self._step(batch)
+                rows = [s.params for s in batch.seqs]
+                sampled = sample(logits, rows, self.generator)
+        except Exception as error:  # a failing forward must not kill the engine thread
+            log.exception("engine step failed")
+            for seq in batch.seqs:
+                seq.emit(ErrorEvent(seq.index, f"{type(error).__name__}: {error}"))
+            batch.seqs = []
+            return
+        self.steps += 1
+        self.tokens_generated += len(batch.seqs)
+        batch.last_tokens = torch.tensor(sampled.token_ids, device=self.runner.device)[:, None]
+        keep = []
+        for row, seq in enumerate(batch.seqs):
+            token = sampled.token_ids[row]
+            seq.generated.append(token)
+            seq.emit(TokenEvent(seq.index, token, sampled.logprobs[row], sampled.top_logprobs[row]))
+            reason = self._finish_reason(seq, token)
+            if reason:
+                seq.done = True
+                seq.emit(FinishEvent(seq.index, reason))
+            else:
+                keep.append(row)
+        if len(keep) < len(batch.seqs):
+            self._select(batch, keep)
+
+    def _finish_reason(self, seq: Sequence, token: int) -> str | None:
+        if seq.request_id in self._cancelled:
+            return "cancelled"
+        if token in self.eos_token_ids:
+            return "stop"
+        if seq.stop and any(s in self.runner.decode(seq.generated) for s in seq.stop):
+            return "stop"
+        if len(seq.generated) >= seq.max_tokens:
+            return "length"
+        return None
+
+    def _select(self, batch: _Batch, keep: list[int]) -> None:
+        batch.seqs = [batch.seqs[i] for i in keep]
+        if not keep:
+            batch.cache = None
+            return
+        index = torch.tensor(keep, device=self.runner.device)
+        batch.cache.batch_select_indices(index)
+        batch.mask = batch.mask.index_select(0, index)
+        batch.positions = batch.positions.index_select(0, index)
+        batch.last_tokens = batch.last_tokens.index_select(0, index)
+
+    def _prefill(self, batch: _Batch) -> torch.Tensor:
+        device = self.runner.device
+        width = max(len(s.prompt_ids) for s in batch.seqs)
+        ids = torch.full((len(batch.seqs), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(batch.seqs), width), dtype=torch.long)
+        for row, seq in enumerate(batch.seqs):  # left padding: every row's next token is at the end
+            ids[row, width - len(seq.prompt_ids):] = torch.tensor(seq.prompt_ids)
+            mask[row, width - len(seq.prompt_ids):] = 1
+        ids, mask = ids.to(device), mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        logits, batch.cache = self.runner.forward(batch.adapter, ids, mask, positions, None)
+        batch.mask = mask
+        batch.positions = positions[:, -1:]
+        return logits[:, -1, :]
+
+    def _step(self, batch: _Batch) -> torch.Tensor:
+        batch.mask = torch.cat([batch.mask, torch.ones_like(batch.mask[:, :1])], dim=-1)
+        batch.positions = batch.positions + 1
+        logits, batch.cache = self.runner.forward(batch.adapter, batch.last_tokens, batch.mask, batch.positions, batch.cache)
+        return logits[:, -1, :]
+
+    def _fail_everything(self, message: str) -> None:
+        for batch in self._running:
+            for seq in batch.seqs:
+                seq.emit(ErrorEvent(seq.index, message))
+        for queue in self._pending.values():
+            for seq in queue:
+                seq.emit(ErrorEvent(seq.index, message))
+
+
+def wait_idle(scheduler: BatchScheduler, timeout: float = 10.0) -> bool:
+    """Test helper: waits until nothing is pending or running."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        load = scheduler.load()
+        if not load["pending"] and not load["running"]:
+            return True
+        time.sleep(0.01)
+    return False

@@ -1,0 +1,135 @@
+"""The one base model this server holds and the adapters served on top of it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config import ServerConfig
+from ..engine.base import Engine, EngineError
+from .builtin import builtin_names, builtin_path, is_builtin
+from .names import NameError_, adapter_key, split_adapter_name
+
+log = logging.getLogger(__name__)
+
+
+class ModelNotFound(LookupError):
+    pass
+
+
+class BaseModelConflict(RuntimeError):
+    pass
+
+
+def resolve_base_model_path(name: str, data_dir: Path) -> Path:
+    """A built-in model (built on first use), a local folder, or a Hugging Face id already in the
+    local cache. Nothing is downloaded."""
+    if is_builtin(name):
+        try:
+            return builtin_path(name, data_dir)
+        except KeyError as error:
+            raise ModelNotFound(str(error.args[0])) from None
+    local = Path(name).expanduser()
+    if local.is_dir():
+        return local.resolve()
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(name, local_files_only=True))
+    except Exception:
+        raise ModelNotFound(
+            f"base model {name!r} is neither a built-in model ({', '.join(builtin_names())}), a local folder, nor in the "
+            "local Hugging Face cache; download it first (e.g. `huggingface-cli download " + name + "`) or pass a path"
+        ) from None
+
+
+@dataclass
+class ServedAdapter:
+    name: str
+    step: int
+    path: Path
+    created: int = field(default_factory=lambda: int(time.time()))
+
+
+class ModelManager:
+    def __init__(self, config: ServerConfig):
+        self.config = config
+        self.engine: Engine | None = None
+        self.base_model: str | None = None
+        self.adapters: dict[str, dict[int, ServedAdapter]] = {}
+        self.created = int(time.time())
+        self._lock = asyncio.Lock()
+
+    async def ensure_base(self, name: str) -> Engine:
+        """Loads `name` when no base model is loaded; refuses a different one."""
+        async with self._lock:
+            if self.engine is not None:
+                if name != self.base_model:
+                    raise BaseModelConflict(
+                        f"this server holds base model {self.base_model!r}; it cannot also serve {name!r}. "
+                        "Start another server (or a new backend) for that base model.")
+                return self.engine
+            from ..engine.factory import create_engine
+
+            path = await asyncio.to_thread(resolve_base_model_path, name, self.config.data_dir)
+            self.engine = await create_engine(self.config, name, path)
+            self.base_model = name
+            return self.engine
+
+    def require_engine(self) -> Engine:
+        if self.engine is None:
+            raise ModelNotFound("no base model is loaded yet: start the server with --base-model, or register a model")
+        return self.engine
+
+    def resolve(self, model: str) -> str | None:
+        """The adapter key to serve `model` with, None for the base model; ModelNotFound otherwise."""
+        self.require_engine()
+        if model == self.base_model:
+            return None
+        try:
+            name, step = split_adapter_name(model)
+        except NameError_ as error:
+            raise ModelNotFound(str(error)) from None
+        steps = self.adapters.get(name)
+        if not steps:
+            raise ModelNotFound(f"model {model!r} does not exist on this server; GET /v1/models lists what it serves")
+        if step is None:
+            step = max(steps)
+        if step not in steps:
+            raise ModelNotFound(f"model {name!r} has no step {step} loaded; loaded steps: {sorted(steps)}")
+        return adapter_key(name, step)
+
+    async def add_adapter(self, name: str, step: int, path: Path) -> None:
+        engine = self.require_engine()
+        if not (path / "adapter_config.json").exists():
+            raise EngineError(f"{path} is not a PEFT adapter folder (no adapter_config.json)", param="lora_path")
+        await engine.load_adapter(adapter_key(name, step), path)
+        self.adapters.setdefault(name, {})[step] = ServedAdapter(name, step, path)
+
+    async def remove_adapter(self, name: str, step: int) -> None:
+        engine = self.require_engine()
+        if step not in self.adapters.get(name, {}):
+            raise ModelNotFound(f"model {adapter_key(name, step)!r} is not loaded")
+        await engine.unload_adapter(adapter_key(name, step))
+        del self.adapters[name][step]
+        if not self.adapters[name]:
+            del self.adapters[name]
+
+    def listing(self) -> list[dict]:
+        if self.base_model is None:
+            return []
+        cards = [{"id": self.base_model, "created": self.created, "root": self.base_model, "parent": None}]
+        for name, steps in sorted(self.adapters.items()):
+            latest = max(steps)
+            for step, adapter in sorted(steps.items()):
+                cards.append({"id": adapter_key(name, step), "created": adapter.created, "root": self.base_model,
+                              "parent": self.base_model})
+            cards.append({"id": name, "created": steps[latest].created, "root": self.base_model, "parent": adapter_key(name, latest)})
+        return cards
+
+    async def close(self) -> None:
+        if self.engine is not None:
+            await self.engine.close()

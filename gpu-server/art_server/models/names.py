@@ -1,0 +1,33 @@
+"""Names clients use for models: the base model by its own name, adapters as `name@step`
+(a bare `name` means its latest step). Project and model names are validated here too."""
+
+from __future__ import annotations
+
+import re
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class NameError_(ValueError):
+    pass
+
+
+def check_name(kind: str, name: str) -> str:
+    if not NAME_RE.match(name) or ".." in name:
+        raise NameError_(f"invalid {kind} name {name!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a "
+                         "letter or digit (no '/', no '..')")
+    return name
+
+
+def split_adapter_name(model: str) -> tuple[str, int | None]:
+    """`agent@3` -> ("agent", 3); `agent` -> ("agent", None)."""
+    if "@" in model:
+        name, _, step = model.rpartition("@")
+        if not step.isdigit():
+            raise NameError_(f"invalid model name {model!r}: the part after '@' must be a step number")
+        return name, int(step)
+    return model, None
+
+
+def adapter_key(name: str, step: int) -> str:
+    return f"{name}@{step}"

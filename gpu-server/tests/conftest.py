@@ -1,0 +1,91 @@
+"""Fixtures: the real server process over HTTP, and small LoRA adapters trained for the tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from art_server.models.builtin import builtin_path
+
+TESTS = Path(__file__).parent
+
+
+@dataclass
+class ServerProcess:
+    url: str
+    token: str
+    process: subprocess.Popen
+    data_dir: Path
+    stderr_lines: list[str] = field(default_factory=list)
+
+    def client(self, token: str | None = None, **kw) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.token if token is None else token}"} if token != "" else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=kw.pop("timeout", 60), **kw)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+def start_server(data_dir: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> ServerProcess:
+    """Starts `python -m art_server` and waits for its ready line."""
+    proc = subprocess.Popen([sys.executable, "-m", "art_server", "--data-dir", str(data_dir), "--port", "0", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    lines: list[str] = []
+
+    def drain() -> None:
+        for line in proc.stderr:
+            lines.append(line)
+
+    threading.Thread(target=drain, daemon=True).start()
+    ready: dict = {}
+
+    def read_ready() -> None:
+        for line in proc.stdout:
+            if line.startswith("{"):
+                ready.update(json.loads(line))
+                return
+
+    reader = threading.Thread(target=read_ready, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not ready:
+        proc.kill()
+        raise RuntimeError("server did not become ready:\n" + "".join(lines[-40:]))
+    return ServerProcess(ready["url"], ready["token"], proc, data_dir, lines)
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("art-data")
+
+
+@pytest.fixture(scope="session")
+def tiny_path(data_dir: Path) -> Path:
+    return builtin_path("builtin:tiny", data_dir)
+
+
+@pytest.fixture(scope="session")
+def server(data_dir: Path, tiny_path: Path) -> Iterator[ServerProcess]:
+    srv = start_server(data_dir, "--base-model", "builtin:tiny", "--max-body-bytes", "1000000")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture()
+def client(server: ServerProcess) -> Iterator[httpx.Client]:
+    with server.client() as c:
+        yield c
