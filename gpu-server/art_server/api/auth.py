@@ -9,7 +9,8 @@ from fastapi import Request
 from .errors import ApiError
 
 
-def require_token(request: Request) -> None:
+async def require_token(request: Request) -> None:
+    # async: FastAPI would run a plain function in its thread pool, a thread hop per request.
     expected: str = request.app.state.config.token
     header = request.headers.get("authorization", "")
     scheme, _, given = header.partition(" ")

@@ -8,10 +8,12 @@ import contextlib
 import hashlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import torch
 
 from ..chat.prompt import PromptError, prompt_token_ids
@@ -105,6 +107,9 @@ class HFEngine(Engine):
         self.scheduler = BatchScheduler(self.runner, eos, max_batch_size=max_batch_size, pad_token_id=pad, seed=seed)
         self.token_text = TokenText(tokenizer)
         self.requests_served = 0
+        # Rollouts repeat prompts (a group samples one prompt many times): rendering the chat
+        # template and tokenizing was a quarter of the HTTP thread's time under load.
+        self._prompt_cache: OrderedDict[bytes, list[int]] = OrderedDict()
 
     # -- adapters ------------------------------------------------------------------------------
     async def load_adapter(self, key: str, path: Path) -> None:
@@ -136,13 +141,10 @@ class HFEngine(Engine):
 
     # -- requests ------------------------------------------------------------------------------
     def _prepare(self, body: dict[str, Any], adapter: str | None, request_id: str,
-                 emit: Any) -> tuple[list[int], list[Sequence], list[str]]:
+                 emit: Any, stream: bool) -> tuple[list[int], list[Sequence], list[str]]:
         if adapter is not None and adapter not in self.runner.adapter_slots:
             raise EngineError(f"adapter {adapter!r} is not loaded", status=404, code="model_not_found", param="model")
-        try:
-            prompt = prompt_token_ids(self.tokenizer, body["messages"], body.get("tools"))
-        except PromptError as error:
-            raise EngineError(str(error), param="messages") from error
+        prompt = self._prompt_ids(body["messages"], body.get("tools"))
         room = self.context_length - len(prompt)
         if room <= 0:
             raise EngineError(
@@ -167,20 +169,35 @@ class HFEngine(Engine):
                 top_logprobs=int(body.get("top_logprobs") or 0),
                 generator=_seed_generator(seed, index, self.device) if seed is not None else None,
             )
-            seqs.append(Sequence(request_id, index, adapter, prompt, max_tokens, params, emit, stop))
+            seqs.append(Sequence(request_id, index, adapter, prompt, max_tokens, params, emit, stop, stream=stream))
         return prompt, seqs, stop
+
+    def _prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
+        key = orjson.dumps([messages, tools], option=orjson.OPT_SORT_KEYS)
+        cached = self._prompt_cache.get(key)
+        if cached is not None:
+            self._prompt_cache.move_to_end(key)
+            return cached
+        try:
+            ids = prompt_token_ids(self.tokenizer, messages, tools)
+        except PromptError as error:
+            raise EngineError(str(error), param="messages") from error
+        self._prompt_cache[key] = ids
+        if len(self._prompt_cache) > 4096:
+            self._prompt_cache.popitem(last=False)
+        return ids
 
     def _parse_tools(self, body: dict[str, Any]) -> bool:
         return bool(body.get("tools")) and body.get("tool_choice") != "none"
 
-    async def _events(self, body: dict[str, Any], adapter: str | None, request_id: str):
+    async def _events(self, body: dict[str, Any], adapter: str | None, request_id: str, stream: bool):
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[SequenceEvent] = asyncio.Queue()
 
         def emit(event: SequenceEvent) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, event)
 
-        prompt, seqs, stop = self._prepare(body, adapter, request_id, emit)
+        prompt, seqs, stop = self._prepare(body, adapter, request_id, emit, stream)
         self.scheduler.submit(seqs)
         return prompt, seqs, stop, queue
 
@@ -189,7 +206,7 @@ class HFEngine(Engine):
 
     async def chat_completion(self, body: dict[str, Any], adapter: str | None, request_id: str,
                               disconnected: asyncio.Event) -> dict[str, Any]:
-        prompt, seqs, stop, queue = await self._events(body, adapter, request_id)
+        prompt, seqs, stop, queue = await self._events(body, adapter, request_id, stream=False)
         states = [ChoiceState(i) for i in range(len(seqs))]
         pending = len(seqs)
         watcher = asyncio.create_task(disconnected.wait())
@@ -203,11 +220,9 @@ class HFEngine(Engine):
                     raise asyncio.CancelledError("client disconnected")
                 event = getter.result()
                 state = states[event.index]
-                if isinstance(event, TokenEvent):
-                    state.token_ids.append(event.token_id)
-                    state.logprobs.append(event.logprob)
-                    state.top_logprobs.append(event.top_logprobs)
-                elif isinstance(event, FinishEvent):
+                if isinstance(event, FinishEvent):  # the scheduler is done with the sequence: read it
+                    seq = seqs[event.index]
+                    state.token_ids, state.logprobs, state.top_logprobs = seq.generated, seq.logprobs, seq.top_logprobs
                     state.finish_reason = event.reason
                     pending -= 1
                 elif isinstance(event, ErrorEvent):
@@ -237,7 +252,7 @@ class HFEngine(Engine):
 
     async def chat_completion_stream(self, body: dict[str, Any], adapter: str | None,
                                      request_id: str) -> AsyncIterator[dict[str, Any]]:
-        prompt, seqs, stop, queue = await self._events(body, adapter, request_id)
+        prompt, seqs, stop, queue = await self._events(body, adapter, request_id, stream=True)
         model = self._model_name(body)
         created = int(time.time())
         parse_tools = self._parse_tools(body)

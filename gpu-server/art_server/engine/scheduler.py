@@ -2,17 +2,20 @@
 
 One background thread owns the model. Sequences from concurrent requests are grouped by adapter;
 each group runs as one batch with a shared KV cache, advanced a token at a time, and the groups
-take turns, so several adapters of one base are served side by side. New sequences join at the
-next admission (a group with a running batch gets a second batch only when the first finishes,
-keeping each cache rectangular); finished and cancelled rows leave the batch at once.
+take turns, so several adapters of one base are served side by side. New sequences join a running
+batch at the next step: they are prefilled on their own, then their cache is merged into the
+batch's (left-padded to one length, see merge_caches); finished and cancelled rows leave at once.
 
-Every sampled token is reported with its id and logprob through the sequence's `emit` callback,
-called on the scheduler thread (the caller hands it over to its event loop).
+Sampled token ids, logprobs and top logprobs accumulate on the sequence. A streaming sequence also
+reports each token through its `emit` callback; a non-streaming one only its finish, which saves a
+hand-over to the event loop per token. `emit` is called on the scheduler thread (the caller hands
+the event over to its event loop).
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections import defaultdict, deque
@@ -62,7 +65,10 @@ class Sequence:
     params: RowParams
     emit: Callable[[SequenceEvent], None]
     stop: list[str] = field(default_factory=list)
+    stream: bool = True
     generated: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     done: bool = False
 
 
@@ -98,8 +104,13 @@ class BatchScheduler:
         self.model_lock = threading.RLock()  # held for every forward; take it to change the model
         self._pending: dict[str | None, deque[Sequence]] = defaultdict(deque)
         self._running: list[_Batch] = []
+        self._waited: dict[str | None, int] = defaultdict(int)
+        self.admit_every = 6
         self._cancelled: set[str] = set()
-        self._cv = threading.Condition()
+        # Other threads only put messages in the inbox and set the wake-up event; everything else
+        # belongs to the scheduler thread, so the HTTP thread never waits on a lock it holds.
+        self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._wake = threading.Event()
         self._paused = 0
         self._stopped = False
         self.steps = 0
@@ -108,58 +119,73 @@ class BatchScheduler:
         self._thread.start()
 
     # -- called from other threads ------------------------------------------------------------
+    def _post(self, kind: str, payload: Any = None) -> None:
+        self._inbox.put((kind, payload))
+        self._wake.set()
+
     def submit(self, seqs: list[Sequence]) -> None:
-        with self._cv:
-            if self._stopped:
-                raise RuntimeError("the engine is shut down")
-            for seq in seqs:
-                self._pending[seq.adapter].append(seq)
-            self._cv.notify()
+        if self._stopped:
+            raise RuntimeError("the engine is shut down")
+        self._post("submit", seqs)
 
     def cancel(self, request_id: str) -> None:
-        with self._cv:
-            self._cancelled.add(request_id)
-            self._cv.notify()
+        self._post("cancel", request_id)
 
     def pause(self) -> None:
         """Stops stepping (running batches keep their state) until `resume`; used around training."""
-        with self._cv:
-            self._paused += 1
+        self._post("pause")
 
     def resume(self) -> None:
-        with self._cv:
-            self._paused = max(0, self._paused - 1)
-            self._cv.notify()
+        self._post("resume")
 
     def load(self) -> dict[str, int]:
-        with self._cv:
-            return {
-                "pending": sum(len(q) for q in self._pending.values()),
-                "running": sum(len(b.seqs) for b in self._running),
-            }
+        """Approximate counts (read without synchronisation; for stats and tests)."""
+        return {
+            "pending": sum(len(q) for q in list(self._pending.values())) + self._inbox.qsize(),
+            "running": sum(len(b.seqs) for b in list(self._running)),
+        }
 
     def shutdown(self) -> None:
-        with self._cv:
-            self._stopped = True
-            self._cv.notify()
+        self._post("stop")
         self._thread.join(timeout=10)
 
     # -- the scheduler thread -----------------------------------------------------------------
+    def _drain_inbox(self) -> None:
+        while True:
+            try:
+                kind, payload = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "submit":
+                for seq in payload:
+                    self._pending[seq.adapter].append(seq)
+            elif kind == "cancel":
+                self._cancelled.add(payload)
+            elif kind == "pause":
+                self._paused += 1
+            elif kind == "resume":
+                self._paused = max(0, self._paused - 1)
+            elif kind == "stop":
+                self._stopped = True
+
     def _loop(self) -> None:
         torch.set_grad_enabled(False)
         while True:
-            with self._cv:
-                while not self._stopped and (self._paused or not (self._running or any(self._pending.values()))):
-                    self._cv.wait()
-                if self._stopped:
-                    break
-                self._drop_cancelled_pending()
-                admitted = self._admit()
+            self._wake.clear()
+            self._drain_inbox()
+            if self._stopped:
+                break
+            self._drop_cancelled_pending()
+            if self._paused or not (self._running or any(self._pending.values())):
+                self._wake.wait()
+                continue
+            admitted = self._admit()
+            for batch in list(self._running):
+                self._run(batch, prefill=False)
             for batch in admitted:
                 self._run(batch, prefill=True)
-            for batch in list(self._running):
-                if batch not in admitted:
-                    self._run(batch, prefill=False)
+                if batch.seqs:
+                    self._join(batch)
             self._running = [b for b in self._running if b.seqs]
         self._fail_everything("the engine shut down")
 
@@ -174,17 +200,21 @@ class BatchScheduler:
         self._cancelled &= live
 
     def _admit(self) -> list[_Batch]:
-        busy = {b.adapter for b in self._running}
         room = self.max_batch_size - sum(len(b.seqs) for b in self._running)
         admitted = []
         for adapter, queue in self._pending.items():
-            if adapter in busy or not queue or room <= 0:
+            if not queue or room <= 0:
                 continue
+            running = sum(len(b.seqs) for b in self._running if b.adapter == adapter)
+            # Joining a running batch costs a prefill forward; gather a few arrivals per join
+            # (at most `admit_every` steps of waiting) instead of prefilling each one alone.
+            if running and len(queue) < max(1, running // 4) and self._waited[adapter] < self.admit_every:
+                self._waited[adapter] += 1
+                continue
+            self._waited[adapter] = 0
             take = [queue.popleft() for _ in range(min(room, len(queue)))]
             room -= len(take)
-            batch = _Batch(adapter, take)
-            self._running.append(batch)
-            admitted.append(batch)
+            admitted.append(_Batch(adapter, take))
         return admitted
 
     def _run(self, batch: _Batch, prefill: bool) -> None:
@@ -206,7 +236,10 @@ class BatchScheduler:
         for row, seq in enumerate(batch.seqs):
             token = sampled.token_ids[row]
             seq.generated.append(token)
-            seq.emit(TokenEvent(seq.index, token, sampled.logprobs[row], sampled.top_logprobs[row]))
+            seq.logprobs.append(sampled.logprobs[row])
+            seq.top_logprobs.append(sampled.top_logprobs[row])
+            if seq.stream:
+                seq.emit(TokenEvent(seq.index, token, sampled.logprobs[row], sampled.top_logprobs[row]))
             reason = self._finish_reason(seq, token)
             if reason:
                 seq.done = True
@@ -238,6 +271,19 @@ class BatchScheduler:
         batch.positions = batch.positions.index_select(0, index)
         batch.last_tokens = batch.last_tokens.index_select(0, index)
 
+    def _join(self, new: _Batch) -> None:
+        """Merges a freshly prefilled batch into the running batch of the same adapter, if any."""
+        running = next((b for b in self._running if b.adapter == new.adapter and b.seqs), None)
+        if running is None:
+            self._running.append(new)
+            return
+        width = max(running.mask.shape[1], new.mask.shape[1])
+        running.cache = merge_caches(running.cache, new.cache, width)
+        running.mask = torch.cat([_left_pad(running.mask, width), _left_pad(new.mask, width)])
+        running.positions = torch.cat([running.positions, new.positions])
+        running.last_tokens = torch.cat([running.last_tokens, new.last_tokens])
+        running.seqs = running.seqs + new.seqs
+
     def _prefill(self, batch: _Batch) -> torch.Tensor:
         device = self.runner.device
         width = max(len(s.prompt_ids) for s in batch.seqs)
@@ -266,6 +312,24 @@ class BatchScheduler:
         for queue in self._pending.values():
             for seq in queue:
                 seq.emit(ErrorEvent(seq.index, message))
+
+
+def _left_pad(t: torch.Tensor, width: int, dim: int = 1) -> torch.Tensor:
+    missing = width - t.shape[dim]
+    if missing <= 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = missing
+    return torch.cat([torch.zeros(shape, dtype=t.dtype, device=t.device), t], dim=dim)
+
+
+def merge_caches(a: Any, b: Any, width: int) -> Any:
+    """Concatenates two transformers DynamicCaches along the batch, left-padding each layer's keys
+    and values to `width` positions (the padded positions are masked out by the attention mask)."""
+    for layer_a, layer_b in zip(a.layers, b.layers):
+        layer_a.keys = torch.cat([_left_pad(layer_a.keys, width, dim=-2), _left_pad(layer_b.keys, width, dim=-2)])
+        layer_a.values = torch.cat([_left_pad(layer_a.values, width, dim=-2), _left_pad(layer_b.values, width, dim=-2)])
+    return a
 
 
 def wait_idle(scheduler: BatchScheduler, timeout: float = 10.0) -> bool:
