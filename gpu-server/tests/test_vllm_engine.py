@@ -126,3 +126,24 @@ def test_auto_engine_picks_hf_without_vllm_or_cuda():
 
     assert choose_engine("auto") == "hf"
     assert choose_engine("vllm") == "vllm"
+
+
+def test_training_with_the_vllm_engine_sleeps_trains_wakes_and_loads_the_new_adapter(vllm_server):
+    from rl import choice_item, sample, step
+
+    with vllm_server.client() as c:
+        r = c.post("/v1/art/models/register", json={"name": "vl", "project": "tests", "base_model": "builtin:tiny"})
+        assert r.status_code == 200, r.text
+        out = sample(c, "vl", PROMPT, 4, 6, seed=3)
+        group = [{"messages_and_choices": [*PROMPT, choice_item(out, ch)], "reward": float(i % 2)}
+                 for i, ch in enumerate(out["choices"])]
+        lines = step(c, "vl", [group], learning_rate=1e-2)
+        assert lines[-1]["step"] == 1
+        m = lines[-1]["metrics"]
+        assert m["sleep_s"] >= 0 and m["wake_s"] >= 0 and m["tokens_trained"] > 0
+        assert c.post("/v1/chat/completions", json={"model": "vl", "messages": PROMPT, "max_tokens": 3}).status_code == 200
+    paths = [x["path"] for x in calls(vllm_server.standin_log)]
+    sleep_at = paths.index("/sleep")
+    assert paths[sleep_at + 1] == "/wake_up"
+    loads = [x["body"]["lora_name"] for x in calls(vllm_server.standin_log) if x["path"] == "/v1/load_lora_adapter"]
+    assert loads[-1] == "vl@1" and paths.index("/wake_up") < len(paths) - 1

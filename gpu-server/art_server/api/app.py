@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from .. import __version__
 from ..config import ServerConfig
 from ..models.manager import ModelManager
-from . import serving
+from . import serving, training
 from .errors import install_error_handlers
 from .limits import BodyLimit
 
@@ -36,6 +36,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     install_error_handlers(app)
     app.include_router(serving.public)
     app.include_router(serving.router)
+    app.include_router(training.router)
     return app
 
 

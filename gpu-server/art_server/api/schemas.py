@@ -141,3 +141,120 @@ class Health(BaseModel):
     version: str
     engine: str | None
     base_model: str | None
+
+
+# -- training ------------------------------------------------------------------------------------
+
+class LoraConfigIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    r: int = Field(8, ge=1, le=512)
+    alpha: int = Field(16, ge=1)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], min_length=1)
+
+
+class RegisterRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=64)
+    project: str = Field(min_length=1, max_length=64)
+    base_model: str = Field(min_length=1)
+    lora: LoraConfigIn | None = None
+
+
+class SampledChoice(BaseModel):
+    """An assistant turn sampled from this server: what the trainer trains on."""
+
+    model_config = ConfigDict(extra="allow")
+    kind: Literal["choice"]
+    message: dict[str, Any]
+    prompt_token_ids: list[int] | None = None
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    finish_reason: str | None = None
+
+
+class TrajectoryIn(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    messages_and_choices: list[SampledChoice | ChatMessage] = Field(min_length=1)
+    tools: list[Tool] | None = None
+    reward: float = Field(allow_inf_nan=False)
+    metrics: dict[str, float | int | bool] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    logs: list[str] = Field(default_factory=list)
+
+
+class GRPOConfigIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    learning_rate: float = Field(5e-6, gt=0, allow_inf_nan=False)
+    loss: Literal["ppo", "cispo"] = "ppo"
+    eps_low: float = Field(0.2, ge=0)
+    eps_high: float = Field(0.28, ge=0)
+    kl_coef: float = Field(0.0, ge=0)
+    scale_rewards: bool = True
+    importance_sampling: Literal["token", "sequence"] = "token"
+    max_grad_norm: float = Field(1.0, gt=0)
+    micro_batch_size: int = Field(8, ge=1)
+    gradient_steps: int = Field(1, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    max_sequence_length: int | None = Field(None, ge=1)
+
+
+def _check_groups(groups: list[list[TrajectoryIn]]) -> list[list[TrajectoryIn]]:
+    empty = [i for i, g in enumerate(groups) if not g]
+    if empty:
+        raise ValueError(f"group {empty[0]} is empty: every group needs trajectories")
+    return groups
+
+
+class TrainRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    groups: list[list[TrajectoryIn]] = Field(min_length=1)
+    config: GRPOConfigIn = Field(default_factory=GRPOConfigIn)
+    serve_previous_during_training: bool = False
+
+    @field_validator("groups")
+    @classmethod
+    def _no_empty_groups(cls, groups: list[list[TrajectoryIn]]) -> list[list[TrajectoryIn]]:
+        return _check_groups(groups)
+
+
+class Conversation(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[Tool] | None = None
+
+
+class SFTConfigIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    learning_rate: float = Field(2e-4, gt=0, allow_inf_nan=False)
+    epochs: int = Field(3, ge=1)
+    batch_size: int = Field(8, ge=1)
+    schedule: Literal["constant", "cosine"] = "cosine"
+    warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    train_on: Literal["all_assistant", "last_assistant"] = "all_assistant"
+    max_grad_norm: float = Field(1.0, gt=0)
+    micro_batch_size: int = Field(8, ge=1)
+    seed: int = 0
+
+
+class SFTRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    conversations: list[Conversation] = Field(min_length=1)
+    config: SFTConfigIn = Field(default_factory=SFTConfigIn)
+
+
+class LogRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    split: str = Field("val", min_length=1, max_length=64)
+    groups: list[list[TrajectoryIn]] = Field(min_length=1)
+
+    @field_validator("groups")
+    @classmethod
+    def _no_empty_groups(cls, groups: list[list[TrajectoryIn]]) -> list[list[TrajectoryIn]]:
+        return _check_groups(groups)
+
+
+class DeleteCheckpointsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    keep_best_by: str = Field("val/reward", pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_./-]+$")

@@ -51,9 +51,9 @@ async def engine_stats(request: Request) -> dict[str, Any]:
     return manager.engine.stats() if manager.engine else {"engine": None}
 
 
-def _resolve(manager: ModelManager, model: str) -> str | None:
+async def _resolve(manager: ModelManager, model: str) -> str | None:
     try:
-        return manager.resolve(model)
+        return await manager.resolve_wait(model)
     except ModelNotFound as error:
         raise ApiError(404, str(error), "model_not_found", "model") from None
 
@@ -72,7 +72,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
     config = request.app.state.config
     if body.n > config.max_n:
         raise ApiError(400, f"n={body.n} is over this server's limit of {config.max_n} (--max-n)", "invalid_value", "n")
-    adapter = _resolve(manager, body.model)
+    adapter = await _resolve(manager, body.model)
     engine = manager.require_engine()
     payload = body.model_dump(exclude_none=True, mode="json")
     request_id = next(_request_ids)

@@ -60,8 +60,12 @@ class ModelManager:
         self.engine: Engine | None = None
         self.base_model: str | None = None
         self.adapters: dict[str, dict[int, ServedAdapter]] = {}
+        self.base_path: Path | None = None
         self.created = int(time.time())
         self._lock = asyncio.Lock()
+        from ..trainer.service import TrainingService
+
+        self.training = TrainingService(self)
 
     async def ensure_base(self, name: str) -> Engine:
         """Loads `name` when no base model is loaded; refuses a different one."""
@@ -77,6 +81,7 @@ class ModelManager:
             path = await asyncio.to_thread(resolve_base_model_path, name, self.config.data_dir)
             self.engine = await create_engine(self.config, name, path)
             self.base_model = name
+            self.base_path = path
             return self.engine
 
     def require_engine(self) -> Engine:
@@ -101,6 +106,24 @@ class ModelManager:
         if step not in steps:
             raise ModelNotFound(f"model {name!r} has no step {step} loaded; loaded steps: {sorted(steps)}")
         return adapter_key(name, step)
+
+    async def resolve_wait(self, model: str) -> str | None:
+        """Like `resolve`, but a bare trainable-model name waits while its next step trains (so it is
+        served by the new step), and a step saved on disk but not loaded is loaded first."""
+        self.require_engine()
+        trainable = self.training.models.get(model)
+        if trainable is not None and not trainable.serve_previous:
+            await trainable.gate.wait()
+        try:
+            name, step = split_adapter_name(model)
+        except NameError_:
+            return self.resolve(model)
+        trainable = self.training.models.get(name)
+        if trainable is not None and step is not None and step not in self.adapters.get(name, {}):
+            path = self.training.checkpoint_path(name, step)
+            if path is not None:
+                await self.add_adapter(name, step, path)
+        return self.resolve(model)
 
     async def add_adapter(self, name: str, step: int, path: Path) -> None:
         engine = self.require_engine()

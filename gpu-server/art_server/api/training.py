@@ -1,0 +1,131 @@
+"""Training routes under /v1/art/models: register, train (GRPO), train_sft, log, history,
+checkpoints, delete_checkpoints, and checkpoint files. Steps stream NDJSON: a `start` line, a
+`progress` line per gradient step, `warning` lines, then a `result` line (or an `error` line)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import FileResponse, StreamingResponse
+
+from ..models.manager import BaseModelConflict, ModelManager, ModelNotFound
+from ..models.names import NameError_, check_name
+from ..models.trainable import LoraSpec, RegistrationError
+from ..store import checkpoints as ckpt
+from ..trainer.grpo import GRPOConfig
+from ..trainer.sft import SFTConfig
+from .auth import require_token
+from .errors import ApiError, error_body
+from .schemas import DeleteCheckpointsRequest, LogRequest, RegisterRequest, SFTRequest, TrainRequest
+
+router = APIRouter(prefix="/v1/art/models", dependencies=[Depends(require_token)], tags=["training"])
+
+
+def _manager(request: Request) -> ModelManager:
+    return request.app.state.manager
+
+
+def _model(request: Request, name: str) -> Any:
+    try:
+        return _manager(request).training.get(name)
+    except KeyError as error:
+        raise ApiError(404, str(error.args[0]), "model_not_registered", "name") from None
+
+
+def _dump_groups(groups: list) -> list[list[dict[str, Any]]]:
+    return [[t.model_dump(mode="json", exclude_none=True) for t in g] for g in groups]
+
+
+async def _ndjson(first: dict[str, Any], rest: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    yield orjson.dumps(first) + b"\n"
+    try:
+        async for line in rest:
+            yield orjson.dumps(line) + b"\n"
+    except Exception as error:  # the stream has started: report in-band
+        yield orjson.dumps({"type": "error", **error_body(500, f"{type(error).__name__}: {error}", "training_failed")}) + b"\n"
+
+
+async def _stream(lines: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+    try:
+        first = await lines.__anext__()  # validation errors still get a status code
+    except ValueError as error:
+        raise ApiError(400, str(error), "invalid_value") from None
+    return StreamingResponse(_ndjson(first, lines), media_type="application/x-ndjson")
+
+
+@router.post("/register", summary="Register a trainable model (creates step 0) or resume it at its latest step")
+async def register(body: RegisterRequest, request: Request) -> dict[str, Any]:
+    try:
+        check_name("model", body.name)
+        check_name("project", body.project)
+    except NameError_ as error:
+        raise ApiError(400, str(error), "invalid_value", "name") from None
+    lora = LoraSpec(**body.lora.model_dump()) if body.lora else None
+    try:
+        return await _manager(request).training.register(body.name, body.project, body.base_model, lora)
+    except ModelNotFound as error:
+        raise ApiError(404, str(error), "model_not_found", "base_model") from None
+    except (BaseModelConflict, RegistrationError) as error:
+        raise ApiError(409, str(error), "conflict") from None
+
+
+@router.get("/{name}", summary="A registered model: its step, inference name, LoRA config")
+async def get_model(name: str, request: Request) -> dict[str, Any]:
+    return _model(request, name).info()
+
+
+@router.post("/{name}/train", summary="One GRPO step on trajectory groups; streams NDJSON progress, then the result")
+async def train(name: str, body: TrainRequest, request: Request) -> StreamingResponse:
+    _model(request, name)
+    config = GRPOConfig(**body.config.model_dump())
+    return await _stream(_manager(request).training.train(name, _dump_groups(body.groups), config,
+                                                          body.serve_previous_during_training))
+
+
+@router.post("/{name}/train_sft", summary="One SFT step (epochs over conversations); streams NDJSON like train")
+async def train_sft(name: str, body: SFTRequest, request: Request) -> StreamingResponse:
+    _model(request, name)
+    conversations = [c.model_dump(mode="json", exclude_none=True) for c in body.conversations]
+    return await _stream(_manager(request).training.train_sft(name, conversations, SFTConfig(**body.config.model_dump())))
+
+
+@router.post("/{name}/log", summary="Store trajectory groups (e.g. split 'val') and their metrics at the current step")
+async def log_groups(name: str, body: LogRequest, request: Request) -> dict[str, Any]:
+    _model(request, name)
+    try:
+        check_name("split", body.split)
+    except NameError_ as error:
+        raise ApiError(400, str(error), "invalid_value", "split") from None
+    return await _manager(request).training.log(name, body.split, _dump_groups(body.groups))
+
+
+@router.get("/{name}/history", summary="Metrics rows: one per step and split")
+async def history(name: str, request: Request) -> dict[str, Any]:
+    _model(request, name)
+    return {"rows": _manager(request).training.history(name)}
+
+
+@router.get("/{name}/checkpoints", summary="Complete checkpoints, oldest first")
+async def checkpoints(name: str, request: Request) -> dict[str, Any]:
+    _model(request, name)
+    return {"checkpoints": _manager(request).training.checkpoints(name)}
+
+
+@router.post("/{name}/delete_checkpoints", summary="Delete all checkpoints but the latest and the best by a metric")
+async def delete_checkpoints(name: str, body: DeleteCheckpointsRequest, request: Request) -> dict[str, Any]:
+    _model(request, name)
+    return await _manager(request).training.delete_checkpoints(name, body.keep_best_by)
+
+
+@router.get("/{name}/checkpoints/{step}/files/{filename}", summary="A file of a checkpoint's PEFT adapter folder")
+async def checkpoint_file(name: str, step: int, filename: str, request: Request) -> FileResponse:
+    _model(request, name)
+    if filename not in ("adapter_config.json", ckpt.ADAPTER_WEIGHTS):
+        raise ApiError(404, f"checkpoints expose adapter_config.json and {ckpt.ADAPTER_WEIGHTS}", "not_found", "filename")
+    path = _manager(request).training.checkpoint_path(name, step)
+    if path is None:
+        raise ApiError(404, f"model {name!r} has no complete checkpoint {step}", "model_not_found", "step")
+    return FileResponse(path / filename)

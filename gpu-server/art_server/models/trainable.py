@@ -1,0 +1,133 @@
+"""Trainable models: registration (new at step 0, or resumed at the latest complete checkpoint), the
+LoRA slot each one trains in, its optimizer, and publishing a step (checkpoint, then serving)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..store import checkpoints as ckpt
+from ..store.atomic import write_json
+from ..store.history import drop_history_after
+from ..store.layout import ModelPaths
+from ..trainer.lora import LoraHost
+from .names import adapter_key
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class RegistrationError(ValueError):
+    """A registration that conflicts with what is on disk or on this server (409)."""
+
+
+@dataclass
+class LoraSpec:
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS))
+
+    def peft_config(self) -> Any:
+        from peft import LoraConfig
+
+        return LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout, target_modules=list(self.target_modules),
+                          bias="none", task_type="CAUSAL_LM")
+
+
+@dataclass
+class TrainableModel:
+    name: str
+    project: str
+    base_model: str
+    lora: LoraSpec
+    paths: ModelPaths
+    slot: str
+    optimizer: torch.optim.Optimizer
+    step: int
+    # Open unless a step is training; bare-name requests wait on it (see ModelManager.resolve_wait).
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+    serve_previous: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def info(self) -> dict[str, Any]:
+        return {"name": self.name, "project": self.project, "base_model": self.base_model, "step": self.step,
+                "inference_name": adapter_key(self.name, self.step), "lora": vars(self.lora),
+                "path": str(self.paths.root), "training": not self.gate.is_set()}
+
+
+def make_optimizer(host: LoraHost, slot: str) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(host.parameters(slot), lr=1e-5, betas=(0.9, 0.99), weight_decay=0.0)
+
+
+def register(host: LoraHost, data_dir: Path, name: str, project: str, base_model: str, lora: LoraSpec | None,
+             slot: str) -> tuple[TrainableModel, bool]:
+    """Creates or resumes a model (blocking: call from a worker thread). Returns it and whether it resumed."""
+    paths = ModelPaths.of(data_dir, project, name)
+    meta = _read_meta(paths)
+    if meta is not None:
+        if meta["base_model"] != base_model:
+            raise RegistrationError(f"model {project}/{name} was trained on {meta['base_model']!r}, not {base_model!r}; "
+                                    "register it with its own base model, or pick a new name")
+        stored = LoraSpec(**meta["lora"])
+        if lora is not None and vars(lora) != vars(stored):
+            raise RegistrationError(f"model {project}/{name} exists with LoRA config {vars(stored)}; "
+                                    f"it cannot resume with {vars(lora)}")
+        lora = stored
+    lora = lora or LoraSpec()
+    # The same name and project always start from the same LoRA initialisation.
+    seed = int.from_bytes(hashlib.sha256(f"{project}/{name}".encode()).digest()[:4], "little")
+    host.add_slot(slot, lora.peft_config(), seed=seed)
+    optimizer = make_optimizer(host, slot)
+    removed = ckpt.remove_partial(paths)
+    if removed:
+        log.warning("%s/%s: removed unfinished checkpoint folders %s", project, name, removed)
+    steps = ckpt.complete_steps(paths)
+    if steps:
+        step = steps[-1]
+        folder = paths.checkpoint(step)
+        host.load_weights(slot, ckpt.load_weights(folder))
+        state = ckpt.load_optimizer_state(folder)
+        if state is not None:
+            optimizer.load_state_dict(state)
+        dropped = drop_history_after(paths, step)
+        if dropped:
+            log.warning("%s/%s: dropped %d history rows of a step that did not complete", project, name, dropped)
+        resumed = True
+    else:
+        # Step 0: the identity LoRA (PEFT initialises B to zero), saved like any other step.
+        step = 0
+        paths.logs.mkdir(parents=True, exist_ok=True)
+        write_json(paths.model_json, {"name": name, "project": project, "base_model": base_model, "lora": vars(lora),
+                                      "created": time.time()})
+        ckpt.save_checkpoint(paths, 0, host.config(slot), host.weights(slot), optimizer.state_dict(),
+                             {"kind": "init", "created": time.time()})
+        resumed = False
+    model = TrainableModel(name, project, base_model, lora, paths, slot, optimizer, step)
+    model.gate.set()
+    return model, resumed
+
+
+def save_step(host: LoraHost, model: TrainableModel, step: int, state: dict[str, Any]) -> Path:
+    """Writes checkpoint `step` from the slot's weights and the optimizer (blocking)."""
+    with host.lock:
+        weights = host.weights(model.slot)
+        optimizer_state = model.optimizer.state_dict()
+    return ckpt.save_checkpoint(model.paths, step, host.config(model.slot), weights, optimizer_state,
+                                {"created": time.time(), **state})
+
+
+def _read_meta(paths: ModelPaths) -> dict[str, Any] | None:
+    import json
+
+    if not paths.model_json.exists():
+        return None
+    return json.loads(paths.model_json.read_text())

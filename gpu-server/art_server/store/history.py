@@ -1,0 +1,55 @@
+"""Metrics history and stored trajectories of a trainable model."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from typing import Any
+
+from .atomic import append_jsonl, read_jsonl, write_jsonl
+from .layout import ModelPaths
+
+
+def group_metrics(groups: list[list[dict[str, Any]]]) -> dict[str, float]:
+    """Mean reward, its spread, and the mean of every numeric metric the trajectories carry."""
+    trajectories = [t for g in groups for t in g]
+    rewards = [float(t["reward"]) for t in trajectories]
+    row: dict[str, float] = {"trajectories": len(trajectories), "groups": len(groups)}
+    if rewards:
+        row["reward"] = statistics.fmean(rewards)
+        row["reward_std"] = statistics.pstdev(rewards) if len(rewards) > 1 else 0.0
+    values: dict[str, list[float]] = {}
+    for t in trajectories:
+        for key, value in (t.get("metrics") or {}).items():
+            if isinstance(value, bool):
+                value = float(value)
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                values.setdefault(key, []).append(float(value))
+    for key, xs in values.items():
+        row[key] = statistics.fmean(xs)
+    return row
+
+
+def append_history(paths: ModelPaths, step: int, split: str, metrics: dict[str, Any]) -> dict[str, Any]:
+    row = {"step": step, "split": split, "time": time.time(), **metrics}
+    append_jsonl(paths.history, [row])
+    return row
+
+
+def read_history(paths: ModelPaths) -> list[dict[str, Any]]:
+    return read_jsonl(paths.history)
+
+
+def drop_history_after(paths: ModelPaths, latest_step: int) -> int:
+    """After a crash: forget rows about steps past the last complete checkpoint (their step was lost)."""
+    rows = read_history(paths)
+    kept = [r for r in rows if not (r.get("trained_into_step", r.get("step", 0)) > latest_step)]
+    if len(kept) != len(rows) or (paths.history.exists() and len(read_jsonl(paths.history)) != len(paths.history.read_text().splitlines())):
+        write_jsonl(paths.history, kept)
+    return len(rows) - len(kept)
+
+
+def write_trajectories(paths: ModelPaths, split: str, step: int, groups: list[list[dict[str, Any]]]) -> None:
+    rows = [{"group": g, **t} for g, group in enumerate(groups) for t in group]
+    write_jsonl(paths.trajectories(split, step), rows)

@@ -1,0 +1,1 @@
+"""Training: GRPO and SFT on LoRA adapters, one checkpoint per step."""

@@ -1,0 +1,96 @@
+"""The LoRA adapters being trained, as slots of one PEFT model.
+
+With the hf engine the trainer shares the engine's model (so nothing is loaded twice) and takes the
+engine's model lock around every forward and backward; serving's decode steps interleave with
+training micro-batches. With the vllm engine it loads its own copy of the base model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+
+class ModelHolder:
+    """Something with a replaceable `.model` (the hf engine's runner, or a trainer-owned holder)."""
+
+    model: Any
+    device: torch.device
+
+
+class LoraHost:
+    def __init__(self, holder: Any, lock: threading.RLock | None = None):
+        self.holder = holder
+        self.lock = lock or threading.RLock()
+
+    @property
+    def model(self) -> Any:
+        return self.holder.model
+
+    @property
+    def device(self) -> torch.device:
+        return self.holder.device
+
+    def _peft(self) -> Any:
+        from peft import PeftModel
+
+        return self.model if isinstance(self.model, PeftModel) else None
+
+    def add_slot(self, slot: str, config: Any, seed: int = 0) -> None:
+        """Adds a LoRA slot; `seed` fixes its initialisation (A random, B zero), so a run is reproducible."""
+        from peft import get_peft_model
+
+        with self.lock, torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            peft = self._peft()
+            if peft is None:
+                self.holder.model = get_peft_model(self.model, config, adapter_name=slot)
+            elif slot not in peft.peft_config:
+                peft.add_adapter(slot, config)
+            self.model.eval()  # no dropout anywhere; LoRA dropout is 0 by default
+
+    def has_slot(self, slot: str) -> bool:
+        peft = self._peft()
+        return peft is not None and slot in peft.peft_config
+
+    def config(self, slot: str) -> Any:
+        return self._peft().peft_config[slot]
+
+    def weights(self, slot: str) -> dict[str, torch.Tensor]:
+        from peft import get_peft_model_state_dict
+
+        with self.lock:
+            return {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.model, adapter_name=slot).items()}
+
+    def load_weights(self, slot: str, weights: dict[str, torch.Tensor]) -> None:
+        from peft import set_peft_model_state_dict
+
+        with self.lock:
+            result = set_peft_model_state_dict(self.model, {k: v.to(self.device) for k, v in weights.items()}, adapter_name=slot)
+            unexpected = getattr(result, "unexpected_keys", [])
+            if unexpected:
+                raise ValueError(f"checkpoint does not fit the adapter: unexpected keys {unexpected[:3]}")
+
+    def parameters(self, slot: str) -> list[torch.nn.Parameter]:
+        marker = f".{slot}."
+        return [p for n, p in self.model.named_parameters() if marker in n]
+
+    def activate(self, slot: str) -> None:
+        """Makes `slot` the active, trainable adapter (PEFT toggles requires_grad on set_adapter)."""
+        self._peft().set_adapter(slot)
+        for p in self.parameters(slot):
+            p.requires_grad_(True)
+
+    @contextlib.contextmanager
+    def base_only(self) -> Iterator[None]:
+        with self._peft().disable_adapter():
+            yield
+
+    def delete_slot(self, slot: str) -> None:
+        with self.lock:
+            if self.has_slot(slot):
+                self._peft().delete_adapter(slot)

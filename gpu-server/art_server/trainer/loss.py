@@ -1,0 +1,78 @@
+"""The GRPO objective, written as its equations.
+
+For a group of G trajectories with rewards r_1..r_G:
+
+    A_i = r_i - mean(r)                      (advantage)
+    A_i = A_i / (std(r) + 1e-6)              (when scale_rewards)
+
+For each sampled assistant token t of trajectory i, with the logprob it was sampled with (old)
+and the current policy's logprob (new):
+
+    ratio_t = exp(new_t - old_t)                                  (importance_sampling="token")
+    ratio_i = exp(mean_t(new_t - old_t)), the same for each t     (importance_sampling="sequence")
+
+    ppo:   loss_t = -min(ratio_t * A_i, clip(ratio_t, 1 - eps_low, 1 + eps_high) * A_i)
+    cispo: loss_t = -sg(clip(ratio_t, 1 - eps_low, 1 + eps_high)) * A_i * new_t
+
+    kl_t = exp(ref_t - new_t) - (ref_t - new_t) - 1               (k3 estimator, against the base)
+    loss_t += kl_coef * kl_t
+
+Every trajectory weighs the same: its tokens share weight 1 / (tokens in it), averaged over the
+trajectories in the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+def group_advantages(rewards: list[float], scale_rewards: bool) -> list[float]:
+    r = torch.tensor(rewards, dtype=torch.float64)
+    a = r - r.mean()
+    if scale_rewards:
+        a = a / (r.std(unbiased=False) + 1e-6)
+    return a.tolist()
+
+
+@dataclass
+class LossTerms:
+    loss: torch.Tensor  # scalar: the sum over tokens of weight * loss_t (divide nothing more)
+    clipped: torch.Tensor  # tokens whose ratio was clipped (count, weighted like the loss)
+    approx_kl_policy: torch.Tensor  # k3 between sampling and current policy, weighted
+    kl_ref: torch.Tensor  # k3 to the base, weighted (0 without a reference)
+
+
+def grpo_token_loss(new_lp: torch.Tensor, old_lp: torch.Tensor, advantages: torch.Tensor, weights: torch.Tensor,
+                    seq_index: torch.Tensor, *, variant: str = "ppo", eps_low: float = 0.2, eps_high: float = 0.28,
+                    importance_sampling: str = "token", ref_lp: torch.Tensor | None = None,
+                    kl_coef: float = 0.0) -> LossTerms:
+    """All tensors are flat over the trained tokens of a micro-batch: `advantages` holds each
+    token's trajectory advantage, `weights` its weight, `seq_index` which sequence it belongs to."""
+    log_ratio = new_lp - old_lp
+    if importance_sampling == "sequence":
+        n_seq = int(seq_index.max().item()) + 1 if seq_index.numel() else 0
+        sums = torch.zeros(n_seq, dtype=log_ratio.dtype, device=log_ratio.device).index_add(0, seq_index, log_ratio)
+        counts = torch.zeros(n_seq, dtype=log_ratio.dtype, device=log_ratio.device).index_add(
+            0, seq_index, torch.ones_like(log_ratio))
+        log_ratio = (sums / counts.clamp(min=1))[seq_index]
+    ratio = torch.exp(log_ratio)
+    clipped_ratio = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+    if variant == "ppo":
+        per_token = -torch.minimum(ratio * advantages, clipped_ratio * advantages)
+    elif variant == "cispo":
+        per_token = -clipped_ratio.detach() * advantages * new_lp
+    else:
+        raise ValueError(f"unknown loss variant {variant!r} (ppo or cispo)")
+    kl_ref = torch.zeros((), device=new_lp.device)
+    if ref_lp is not None and kl_coef:
+        d = ref_lp - new_lp
+        kl_t = torch.exp(d) - d - 1
+        per_token = per_token + kl_coef * kl_t
+        kl_ref = (weights * kl_t).sum().detach()
+    with torch.no_grad():
+        clipped = (weights * ((ratio < 1 - eps_low) | (ratio > 1 + eps_high)).to(weights.dtype)).sum()
+        d_old = old_lp - new_lp
+        approx_kl = (weights * (torch.exp(d_old) - d_old - 1)).sum()
+    return LossTerms((weights * per_token).sum(), clipped, approx_kl, kl_ref)

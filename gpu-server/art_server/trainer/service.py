@@ -1,0 +1,273 @@
+"""The training service: registers trainable models and runs their steps end to end.
+
+A GRPO or SFT step: prepare sequences, (vllm: put the engine to sleep), train in a worker thread
+while progress lines stream back, save the checkpoint atomically, serve the new adapter as
+`name@step`, append history and trajectories. Requests for the bare model name wait for the new
+step (unless the step asked to keep serving the previous one); no request fails because of training.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..engine.base import Engine
+from ..models.names import adapter_key
+from ..models.trainable import LoraSpec, RegistrationError, TrainableModel, register, save_step
+from ..store import checkpoints as ckpt
+from ..store.history import append_history, group_metrics, read_history, write_trajectories
+from .grpo import GRPOConfig, nothing_trained_reason, prepare, train_step
+from .lora import LoraHost
+from .sft import SFTConfig, sft_sequence, train_sft
+
+log = logging.getLogger(__name__)
+
+SERVED_STEPS = 4  # adapter steps of one model kept loaded for serving; older ones load on demand
+
+
+class TrainerHolder:
+    """The trainer's own copy of the base model, for engines that do not share theirs (vllm)."""
+
+    def __init__(self, path: Path, device: str):
+        from transformers import AutoModelForCausalLM
+
+        self.device = torch.device("cuda" if device in ("auto", "cuda") and torch.cuda.is_available() else "cpu")
+        dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        self.model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, local_files_only=True).to(self.device)
+
+
+class TrainingService:
+    def __init__(self, manager: Any):
+        self.manager = manager  # ModelManager: the engine, served adapters, base model
+        self.models: dict[str, TrainableModel] = {}  # by name (served names are unique per server)
+        self._host: LoraHost | None = None
+        self._slots = itertools.count()
+
+    # -- set-up ------------------------------------------------------------------------------
+    def host(self, engine: Engine, base_path: Path) -> LoraHost:
+        if self._host is None:
+            runner = getattr(engine, "runner", None)
+            if runner is not None:  # hf engine: share its model and lock
+                self._host = LoraHost(runner, engine.scheduler.model_lock)
+            else:
+                self._host = LoraHost(TrainerHolder(base_path, self.manager.config.device), threading.RLock())
+        return self._host
+
+    @property
+    def pad_id(self) -> int:
+        tok = self.tokenizer
+        return tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+
+    @property
+    def tokenizer(self) -> Any:
+        engine = self.manager.require_engine()
+        if getattr(engine, "tokenizer", None) is None:
+            from transformers import AutoTokenizer
+
+            engine.tokenizer = AutoTokenizer.from_pretrained(str(self.manager.base_path), local_files_only=True)
+        return engine.tokenizer
+
+    async def register(self, name: str, project: str, base_model: str, lora: LoraSpec | None) -> dict[str, Any]:
+        existing = self.models.get(name)
+        if existing is not None:
+            if existing.project != project:
+                raise RegistrationError(f"this server already serves a model named {name!r} in project {existing.project!r}; "
+                                        "model names must be unique per server")
+            if lora is not None and vars(lora) != vars(existing.lora):
+                raise RegistrationError(f"model {project}/{name} is registered with LoRA config {vars(existing.lora)}")
+            return {**existing.info(), "resumed": True}
+        engine = await self.manager.ensure_base(base_model)
+        host = self.host(engine, self.manager.base_path)
+        model, resumed = await asyncio.to_thread(register, host, self.manager.config.data_dir, name, project, base_model,
+                                                 lora, f"train{next(self._slots)}")
+        self.models[name] = model
+        await self.serve_step(model, model.step)
+        log.info("%s %s/%s at step %d", "resumed" if resumed else "registered", project, name, model.step)
+        return {**model.info(), "resumed": resumed}
+
+    def get(self, name: str) -> TrainableModel:
+        model = self.models.get(name)
+        if model is None:
+            raise KeyError(f"model {name!r} is not registered on this server; register it first "
+                           "(POST /v1/art/models/register)")
+        return model
+
+    async def serve_step(self, model: TrainableModel, step: int) -> float:
+        """Loads checkpoint `step` for serving as name@step; returns the seconds it took."""
+        started = time.perf_counter()
+        await self.manager.add_adapter(model.name, step, model.paths.checkpoint(step))
+        loaded = sorted(self.manager.adapters.get(model.name, {}))
+        for old in loaded[:-SERVED_STEPS]:
+            await self.manager.remove_adapter(model.name, old)
+        return time.perf_counter() - started
+
+    def checkpoint_path(self, name: str, step: int) -> Path | None:
+        model = self.models.get(name)
+        if model is None or step not in ckpt.complete_steps(model.paths):
+            return None
+        return model.paths.checkpoint(step)
+
+    # -- steps -------------------------------------------------------------------------------
+    async def train(self, name: str, groups: list[list[dict[str, Any]]], config: GRPOConfig,
+                    serve_previous: bool = False) -> AsyncIterator[dict[str, Any]]:
+        model = self.get(name)
+        async with model.lock:
+            timings: dict[str, float] = {}
+            started = time.perf_counter()
+            engine = self.manager.require_engine()
+            prepared = prepare(groups, config, engine.context_length)
+            timings["tokenize_s"] = time.perf_counter() - started
+            from_step, new_step = model.step, model.step + 1
+            metrics: dict[str, Any] = {
+                **group_metrics(groups),
+                "groups_trained": prepared.groups - sum(prepared.skipped.values()),
+                "groups_skipped": sum(prepared.skipped.values()),
+                "groups_skipped_by_reason": dict(prepared.skipped),
+                "trajectories_trained": prepared.trajectories_trained,
+                "sequences": len(prepared.items), "sequences_split": prepared.sequences_split,
+            }
+            yield {"type": "start", "from_step": from_step, "step": new_step, **metrics}
+            async for line in self._run_step(model, engine, serve_previous, timings, metrics,
+                                             lambda progress: train_step(self._host, model.slot, model.optimizer, prepared,
+                                                                         config, self.pad_id, progress),
+                                             trainable=bool(prepared.items),
+                                             reason=None if prepared.items else nothing_trained_reason(prepared),
+                                             details=prepared.skip_details):
+                yield line
+            await asyncio.to_thread(write_trajectories, model.paths, "train", from_step, groups)
+            row = append_history(model.paths, from_step, "train", {**metrics, "trained_into_step": new_step,
+                                                                    "kind": "grpo", **timings})
+            yield {"type": "result", "step": new_step, "metrics": row}
+
+    async def train_sft(self, name: str, conversations: list[dict[str, Any]], config: SFTConfig) -> AsyncIterator[dict[str, Any]]:
+        model = self.get(name)
+        async with model.lock:
+            timings: dict[str, float] = {}
+            started = time.perf_counter()
+            tok = self.tokenizer
+            sequences = []
+            for i, c in enumerate(conversations):
+                try:
+                    sequences.append(sft_sequence(tok, c["messages"], c.get("tools"), config.train_on))
+                except ValueError as error:
+                    raise ValueError(f"conversation {i}: {error}") from None
+            timings["tokenize_s"] = time.perf_counter() - started
+            engine = self.manager.require_engine()
+            limit = engine.context_length
+            long = [i for i, s in enumerate(sequences) if len(s.input_ids) > limit]
+            if long:
+                raise ValueError(f"conversations {long[:5]} are longer than the context ({limit} tokens)")
+            from_step, new_step = model.step, model.step + 1
+            metrics: dict[str, Any] = {"conversations": len(sequences), "tokens": sum(s.trained_tokens for s in sequences)}
+            yield {"type": "start", "from_step": from_step, "step": new_step, **metrics}
+            async for line in self._run_step(model, engine, False, timings, metrics,
+                                             lambda progress: train_sft(self._host, model.slot, model.optimizer, sequences,
+                                                                        config, self.pad_id, progress),
+                                             trainable=bool(sequences), reason="no conversations were sent", details=[]):
+                yield line
+            row = append_history(model.paths, from_step, "sft", {**metrics, "trained_into_step": new_step, "kind": "sft", **timings})
+            yield {"type": "result", "step": new_step, "metrics": row}
+
+    async def _run_step(self, model: TrainableModel, engine: Engine, serve_previous: bool, timings: dict[str, float],
+                        metrics: dict[str, Any], work: Any, trainable: bool, reason: str | None,
+                        details: list[str]) -> AsyncIterator[dict[str, Any]]:
+        """Trains (in a thread, streaming progress), saves, serves; fills `metrics` and `timings`."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        new_step = model.step + 1
+        model.serve_previous = serve_previous
+        if not serve_previous:
+            model.gate.clear()
+        slept = False
+        try:
+            if trainable:
+                if engine.kind == "vllm":
+                    t = time.perf_counter()
+                    await engine.sleep()
+                    slept = True
+                    timings["sleep_s"] = time.perf_counter() - t
+                task = loop.run_in_executor(None, work, lambda line: loop.call_soon_threadsafe(queue.put_nowait, line))
+                while True:
+                    getter = asyncio.ensure_future(queue.get())
+                    done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                    if getter in done:
+                        yield getter.result()
+                        continue
+                    getter.cancel()
+                    while not queue.empty():
+                        yield queue.get_nowait()
+                    break
+                result = task.result()
+                metrics.update({k: v for k, v in result.items() if k != "forward_backward_s"})
+                timings["forward_backward_s"] = result["forward_backward_s"]
+            else:
+                metrics["nothing_trained"] = reason
+                if details:
+                    metrics["skip_details"] = details[:10]
+                yield {"type": "warning", "message": reason, "details": details[:10]}
+            t = time.perf_counter()
+            await asyncio.to_thread(save_step, self._host, model, new_step,
+                                    {"kind": "train" if trainable else "untrained", "metrics": _plain(metrics)})
+            timings["save_s"] = time.perf_counter() - t
+            if slept:
+                t = time.perf_counter()
+                await engine.wake()
+                slept = False
+                timings["wake_s"] = time.perf_counter() - t
+            model.step = new_step
+            timings["reload_s"] = await self.serve_step(model, new_step)
+        finally:
+            if slept:
+                await engine.wake()
+            model.gate.set()
+            model.serve_previous = False
+
+    async def log(self, name: str, split: str, groups: list[list[dict[str, Any]]]) -> dict[str, Any]:
+        model = self.get(name)
+        await asyncio.to_thread(write_trajectories, model.paths, split, model.step, groups)
+        return append_history(model.paths, model.step, split, group_metrics(groups))
+
+    def history(self, name: str) -> list[dict[str, Any]]:
+        return read_history(self.get(name).paths)
+
+    def checkpoints(self, name: str) -> list[dict[str, Any]]:
+        import json
+
+        model = self.get(name)
+        out = []
+        for step in ckpt.complete_steps(model.paths):
+            folder = model.paths.checkpoint(step)
+            state = json.loads((folder / ckpt.STATE).read_text())
+            out.append({"step": step, "path": str(folder), "kind": state.get("kind"), "created": state.get("created"),
+                        "inference_name": adapter_key(name, step)})
+        return out
+
+    async def delete_checkpoints(self, name: str, keep_best_by: str = "val/reward") -> dict[str, Any]:
+        """Deletes every checkpoint but the latest and the best by `split/metric` (higher is better)."""
+        model = self.get(name)
+        async with model.lock:
+            steps = ckpt.complete_steps(model.paths)
+            split, _, metric = keep_best_by.partition("/")
+            scored = {r["step"]: r[metric] for r in read_history(model.paths)
+                      if r.get("split") == split and isinstance(r.get(metric), (int, float))}
+            best = max((s for s in scored if s in steps), key=lambda s: scored[s], default=None)
+            keep = {steps[-1]} | ({best} if best is not None else set())
+            doomed = [s for s in steps if s not in keep]
+            for step in doomed:
+                if step in self.manager.adapters.get(name, {}):
+                    await self.manager.remove_adapter(name, step)
+            await asyncio.to_thread(ckpt.delete_steps, model.paths, doomed)
+            return {"deleted": doomed, "kept": sorted(keep), "best_step": best, "metric": keep_best_by,
+                    "note": None if best is not None else f"no history rows with {keep_best_by}; kept only the latest"}
+
+
+def _plain(metrics: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool, dict, list)) or v is None}

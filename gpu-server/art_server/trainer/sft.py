@@ -1,0 +1,106 @@
+"""Supervised fine-tuning on conversations: cross-entropy on assistant tokens (every assistant turn,
+or only the last), in epochs of shuffled batches, with a constant or cosine (with warm-up) schedule."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..chat.prompt import prompt_token_ids
+from .logprobs import pad_batch, token_logprobs
+from .lora import LoraHost
+from .sequences import Sequence
+
+
+@dataclass
+class SFTConfig:
+    learning_rate: float = 2e-4
+    epochs: int = 3
+    batch_size: int = 8
+    schedule: str = "cosine"  # constant | cosine
+    warmup_ratio: float = 0.1
+    train_on: str = "all_assistant"  # all_assistant | last_assistant
+    max_grad_norm: float = 1.0
+    micro_batch_size: int = 8
+    seed: int = 0
+
+
+def sft_sequence(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                 train_on: str) -> Sequence:
+    """The conversation's tokens with assistant turns marked as trained. Each assistant turn's tokens
+    are what the template adds for it after the generation prompt (its text and end-of-turn token)."""
+    assistant = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    if not assistant:
+        raise ValueError("the conversation has no assistant message to learn from")
+    targets = set(assistant[-1:] if train_on == "last_assistant" else assistant)
+    seq = Sequence()
+    for i in assistant:
+        prefix = prompt_token_ids(tokenizer, messages[:i], tools, add_generation_prompt=True)
+        full = prompt_token_ids(tokenizer, messages[: i + 1], tools, add_generation_prompt=False)
+        if full[: len(prefix)] != prefix:
+            raise ValueError(f"the chat template is not append-only at message {i}; cannot mark its tokens")
+        if prefix[: len(seq.input_ids)] != seq.input_ids:
+            raise ValueError(f"the chat template rewrites earlier turns at message {i}")
+        seq.extend(prefix[len(seq.input_ids):], trained=False)
+        seq.extend(full[len(prefix):], trained=i in targets)
+    return seq
+
+
+def lr_at(step: int, total: int, config: SFTConfig) -> float:
+    if config.schedule == "constant":
+        return config.learning_rate
+    warmup = max(1, int(round(config.warmup_ratio * total))) if config.warmup_ratio > 0 else 0
+    if step < warmup:
+        return config.learning_rate * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return config.learning_rate * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def train_sft(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer, sequences: list[Sequence], config: SFTConfig,
+              pad_id: int, progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    params = host.parameters(slot)
+    rng = random.Random(config.seed)
+    per_epoch = math.ceil(len(sequences) / config.batch_size)
+    total = per_epoch * config.epochs
+    losses: list[float] = []
+    started = time.perf_counter()
+    tokens_total = 0
+    step = 0
+    for epoch in range(config.epochs):
+        order = list(range(len(sequences)))
+        rng.shuffle(order)
+        for b in range(per_epoch):
+            batch_seqs = [sequences[i] for i in order[b * config.batch_size:(b + 1) * config.batch_size]]
+            tokens = sum(s.trained_tokens for s in batch_seqs)
+            lr = lr_at(step, total, config)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            loss_sum = 0.0
+            for start in range(0, len(batch_seqs), config.micro_batch_size):
+                micro = batch_seqs[start:start + config.micro_batch_size]
+                with host.lock:
+                    host.activate(slot)
+                    batch = pad_batch(micro, pad_id, host.device)
+                    logp, _ = token_logprobs(host.model, batch)
+                    loss = -logp.sum() / tokens  # mean over the batch's assistant tokens
+                    loss.backward()
+                loss_sum += float(loss)
+            with host.lock:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            step += 1
+            tokens_total += tokens
+            losses.append(loss_sum)
+            if progress:
+                progress({"type": "progress", "gradient_step": step, "gradient_steps": total, "epoch": epoch + 1,
+                          "loss": loss_sum, "grad_norm": grad_norm, "lr": lr, "tokens": tokens})
+    return {"loss": losses[-1] if losses else 0.0, "loss_first": losses[0] if losses else 0.0,
+            "gradient_steps": total, "tokens_trained": tokens_total, "forward_backward_s": time.perf_counter() - started,
+            "sequences": len(sequences)}

@@ -1,0 +1,255 @@
+"""Training over HTTP on builtin:tiny, as the client drives it: registration and checkpoints on disk,
+GRPO steps, SFT, serving during training, history, and checkpoint deletion."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+from conftest import start_server
+from rl import board_prompt, choice_item, sample, step
+
+PROMPT = board_prompt("X . .\n. O .\n. . .")
+
+
+@pytest.fixture(scope="module")
+def trainer(tmp_path_factory, tiny_path):
+    data = tmp_path_factory.mktemp("train-data")
+    srv = start_server(data, "--base-model", "builtin:tiny")
+    yield srv
+    srv.stop()
+
+
+def register(client: httpx.Client, name: str, project: str = "tests", **extra) -> dict:
+    r = client.post("/v1/art/models/register", json={"name": name, "project": project, "base_model": "builtin:tiny", **extra})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def sampled_group(client: httpx.Client, model: str, rewards: list[float], seed: int = 0) -> list[dict]:
+    r = sample(client, model, PROMPT, len(rewards), 6, seed=seed)
+    return [{"messages_and_choices": [*PROMPT, choice_item(r, c)], "reward": reward, "metrics": {"hit": reward > 0}}
+            for c, reward in zip(r["choices"], rewards)]
+
+
+# -- registration and the files ----------------------------------------------------------------
+
+def test_registration_creates_step_zero_on_disk_as_a_plain_peft_adapter(trainer, tiny_path):
+    with trainer.client() as c:
+        info = register(c, "fresh")
+    assert info["step"] == 0 and info["resumed"] is False and info["inference_name"] == "fresh@0"
+    assert info["lora"] == {"r": 8, "alpha": 16, "dropout": 0.0,
+                            "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+    root = Path(info["path"])
+    assert root == trainer.data_dir / "tests" / "models" / "fresh"
+    assert json.loads((root / "model.json").read_text())["base_model"] == "builtin:tiny"
+    ckpt = root / "checkpoints" / "0000"
+    assert {"adapter_config.json", "adapter_model.safetensors", "optimizer.pt", "state.json"} <= {p.name for p in ckpt.iterdir()}
+    # Users can take it away: plain PEFT loads it, and step 0 is the identity.
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_path)
+    ids = torch.tensor([[1, 5, 9, 2]])
+    with torch.no_grad():
+        want = base(input_ids=ids).logits
+        got = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_path), ckpt)(input_ids=ids).logits
+    assert torch.allclose(want, got, atol=1e-6)
+
+
+def test_registering_again_resumes_and_conflicts_are_refused(trainer):
+    with trainer.client() as c:
+        register(c, "again")
+        assert register(c, "again")["resumed"] is True
+        r = c.post("/v1/art/models/register", json={"name": "again", "project": "tests", "base_model": "builtin:tiny",
+                                                     "lora": {"r": 4}})
+        assert r.status_code == 409 and "LoRA config" in r.json()["error"]["message"]
+        r = c.post("/v1/art/models/register", json={"name": "other", "project": "tests", "base_model": "builtin:small"})
+        assert r.status_code == 409 and "holds base model 'builtin:tiny'" in r.json()["error"]["message"]
+        r = c.post("/v1/art/models/register", json={"name": "again", "project": "elsewhere", "base_model": "builtin:tiny"})
+        assert r.status_code == 409
+
+
+@pytest.mark.parametrize("name, project", [("../escape", "tests"), ("ok", "../../etc"), ("a/b", "tests"), ("..", "tests")])
+def test_names_that_could_escape_the_data_dir_are_400(trainer, name, project):
+    with trainer.client() as c:
+        r = c.post("/v1/art/models/register", json={"name": name, "project": project, "base_model": "builtin:tiny"})
+    assert r.status_code == 400 and "invalid" in r.json()["error"]["message"]
+
+
+# -- GRPO steps ----------------------------------------------------------------------------------
+
+def test_a_grpo_step_streams_progress_then_the_result_and_serves_the_new_step(trainer):
+    with trainer.client() as c:
+        register(c, "stepper")
+        groups = [sampled_group(c, "stepper", [1, 0, 0, 1, 0, 0, 0, 1], seed=s) for s in range(2)]
+        lines = step(c, "stepper", groups, learning_rate=1e-2, gradient_steps=2, micro_batch_size=4)
+        kinds = [l["type"] for l in lines]
+        assert kinds[0] == "start" and kinds[-1] == "result" and kinds.count("progress") == 2
+        progress = [l for l in lines if l["type"] == "progress"][0]
+        for key in ("loss", "grad_norm", "clip_fraction", "approx_kl", "entropy", "lr", "tokens"):
+            assert isinstance(progress[key], (int, float)) and math.isfinite(progress[key]), key
+        result = lines[-1]
+        assert result["step"] == 1
+        m = result["metrics"]
+        assert m["step"] == 0 and m["trained_into_step"] == 1 and m["split"] == "train"
+        assert math.isclose(m["reward"], 3 / 8) and m["hit"] == 3 / 8
+        assert m["groups_trained"] == 2 and m["groups_skipped"] == 0 and m["tokens_trained"] > 0
+        for key in ("tokenize_s", "forward_backward_s", "save_s", "reload_s"):
+            assert m[key] >= 0
+        models = [x["id"] for x in c.get("/v1/models").json()["data"]]
+        assert "stepper@1" in models and "stepper@0" in models
+        assert c.get("/v1/art/models/stepper").json()["step"] == 1
+        # The new adapter differs from step 0.
+        a = sample(c, "stepper@0", PROMPT, 1, 6, temperature=0)["choices"][0]["logprobs"]["content"][0]["logprob"]
+        b = sample(c, "stepper", PROMPT, 1, 6, temperature=0)["choices"][0]["logprobs"]["content"][0]["logprob"]
+        assert a != b
+        root = Path(c.get("/v1/art/models/stepper").json()["path"])
+    stored = [json.loads(line) for line in (root / "trajectories" / "train" / "0000.jsonl").read_text().splitlines()]
+    assert len(stored) == 16 and stored[0]["group"] == 0 and stored[0]["reward"] == 1
+    assert [r["step"] for r in map(json.loads, (root / "history.jsonl").read_text().splitlines())] == [0]
+
+
+def test_equal_rewards_train_nothing_but_the_step_advances_and_says_why(trainer):
+    with trainer.client() as c:
+        register(c, "flat")
+        groups = [sampled_group(c, "flat", [0.5] * 4), sampled_group(c, "flat", [1.0] * 4, seed=1)]
+        lines = step(c, "flat", groups, learning_rate=1e-2)
+    warning = next(l for l in lines if l["type"] == "warning")
+    assert "all rewards in the group are equal" in warning["message"] and "2 groups" in warning["message"]
+    result = lines[-1]
+    assert result["step"] == 1
+    assert result["metrics"]["groups_skipped_by_reason"] == {"equal_rewards": 2}
+    assert "nothing to train" in result["metrics"]["nothing_trained"]
+
+
+def test_missing_logprobs_are_reported_as_their_own_reason(trainer):
+    with trainer.client() as c:
+        register(c, "nolp")
+        group = sampled_group(c, "nolp", [1, 0])
+        del group[0]["messages_and_choices"][-1]["logprobs"]
+        lines = step(c, "nolp", [group], learning_rate=1e-2)
+    assert lines[-1]["metrics"]["groups_skipped_by_reason"] == {"missing_tokens": 1}
+    assert "without token ids or logprobs" in lines[-1]["metrics"]["nothing_trained"]
+
+
+def test_bad_training_requests_are_400_or_404(trainer):
+    with trainer.client() as c:
+        register(c, "strict")
+        good = sampled_group(c, "strict", [1, 0])
+        cases = [
+            ({"groups": []}, 400, "groups"),
+            ({"groups": [[]]}, 400, "group 0 is empty"),
+            ({"groups": [good], "config": {"learning_rate": -1}}, 400, "learning_rate"),
+            ({"groups": [good], "config": {"loss": "magic"}}, 400, "loss"),
+            ({"groups": [[{**good[0], "reward": "high"}]]}, 400, "reward"),
+        ]
+        for body, status, text in cases:
+            r = c.post("/v1/art/models/strict/train", json=body)
+            assert r.status_code == status and text in r.json()["error"]["message"], (body, r.text)
+        r = c.post("/v1/art/models/strict/train", content=json.dumps({"groups": [[{**good[0], "reward": float("nan")}]]}),
+                   headers={"Content-Type": "application/json"})
+        assert r.status_code == 400 and "reward" in r.json()["error"]["message"]
+        r = c.post("/v1/art/models/ghost/train", json={"groups": [good]})
+        assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_registered"
+
+
+def slow_step_body(c: httpx.Client, model: str) -> dict:
+    """A step that takes long enough on the tiny model to race requests against it."""
+    group = sampled_group(c, model, [1, 0, 0, 1, 0, 1, 0, 0])
+    return {"groups": [group] * 40, "config": {"learning_rate": 1e-3, "micro_batch_size": 1, "gradient_steps": 40}}
+
+
+@pytest.mark.parametrize("serve_previous", [False, True])
+def test_requests_during_training_never_fail_and_wait_for_the_new_step_by_default(trainer, serve_previous):
+    name = "racer-prev" if serve_previous else "racer"
+    with trainer.client() as c:
+        register(c, name)
+        body = {**slow_step_body(c, name), "serve_previous_during_training": serve_previous}
+        done = threading.Event()
+
+        def train():
+            with trainer.client() as t:
+                with t.stream("POST", f"/v1/art/models/{name}/train", json=body) as r:
+                    assert r.status_code == 200
+                    for _ in r.iter_lines():
+                        pass
+            done.set()
+
+        thread = threading.Thread(target=train)
+        thread.start()
+        time.sleep(0.3)
+        assert not done.is_set(), "the step finished before the race started; make it slower"
+        during = sample(c, name, PROMPT, 1, 6, temperature=0)
+        thread.join(60)
+        after_new = sample(c, f"{name}@1", PROMPT, 1, 6, temperature=0)
+        after_old = sample(c, f"{name}@0", PROMPT, 1, 6, temperature=0)
+    lp = lambda r: [e["logprob"] for e in r["choices"][0]["logprobs"]["content"]]  # noqa: E731
+    expected = after_old if serve_previous else after_new
+    assert lp(during) == pytest.approx(lp(expected), abs=1e-5)
+
+
+def test_history_log_and_delete_checkpoints_keep_latest_and_best(trainer):
+    with trainer.client() as c:
+        register(c, "keeper")
+        for k, val_reward in enumerate([0.2, 0.9, 0.4]):
+            r = c.post("/v1/art/models/keeper/log", json={"split": "val", "groups": [sampled_group(c, "keeper", [val_reward] * 2)]})
+            assert r.status_code == 200 and r.json()["reward"] == pytest.approx(val_reward)
+            step(c, "keeper", [sampled_group(c, "keeper", [1, 0], seed=k)], learning_rate=1e-3)
+        history = c.get("/v1/art/models/keeper/history").json()["rows"]
+        assert [(h["step"], h["split"]) for h in history] == [(0, "val"), (0, "train"), (1, "val"), (1, "train"),
+                                                              (2, "val"), (2, "train")]
+        assert [x["step"] for x in c.get("/v1/art/models/keeper/checkpoints").json()["checkpoints"]] == [0, 1, 2, 3]
+        r = c.post("/v1/art/models/keeper/delete_checkpoints", json={"keep_best_by": "val/reward"})
+        assert r.json()["deleted"] == [0, 2] and r.json()["kept"] == [1, 3] and r.json()["best_step"] == 1
+        assert [x["step"] for x in c.get("/v1/art/models/keeper/checkpoints").json()["checkpoints"]] == [1, 3]
+        # A deleted step is gone from serving too; a kept older one still serves.
+        assert c.post("/v1/chat/completions", json={"model": "keeper@2", "messages": PROMPT}).status_code == 404
+        assert c.post("/v1/chat/completions", json={"model": "keeper@1", "messages": PROMPT, "max_tokens": 2}).status_code == 200
+
+
+def test_checkpoint_files_are_downloadable(trainer):
+    with trainer.client() as c:
+        register(c, "files")
+        r = c.get("/v1/art/models/files/checkpoints/0/files/adapter_config.json")
+        assert r.status_code == 200 and r.json()["r"] == 8
+        assert c.get("/v1/art/models/files/checkpoints/0/files/adapter_model.safetensors").content[:8]
+        assert c.get("/v1/art/models/files/checkpoints/7/files/adapter_config.json").status_code == 404
+        assert c.get("/v1/art/models/files/checkpoints/0/files/state.json").status_code == 404
+
+
+# -- SFT -------------------------------------------------------------------------------------------
+
+SFT_TASKS = [("Say hi.", "hi there"), ("Name a corner.", "A1"), ("Which way?", "left left")]
+
+
+def test_sft_lowers_the_loss_teaches_the_answers_and_rl_continues_from_it(trainer):
+    conversations = [{"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]} for q, a in SFT_TASKS]
+    with trainer.client() as c:
+        register(c, "student")
+        lines = step(c, "student", conversations, path="train_sft", learning_rate=2e-2, epochs=40, batch_size=3,
+                     schedule="cosine", warmup_ratio=0.1)
+        progress = [l for l in lines if l["type"] == "progress"]
+        assert len(progress) == 40 and progress[-1]["loss"] < 0.2 * progress[0]["loss"]
+        assert progress[0]["lr"] < progress[3]["lr"] and progress[-1]["lr"] < progress[10]["lr"]  # warm-up, then cosine
+        assert lines[-1]["step"] == 1
+        for q, a in SFT_TASKS:
+            r = sample(c, "student", [{"role": "user", "content": q}], 1, 10, temperature=0)
+            assert r["choices"][0]["message"]["content"] == a
+        rl = step(c, "student", [sampled_group(c, "student", [1, 0])], learning_rate=1e-3)
+        assert rl[-1]["step"] == 2
+        assert [h["kind"] for h in c.get("/v1/art/models/student/history").json()["rows"]] == ["sft", "grpo"]
+
+
+def test_sft_rejects_conversations_without_an_assistant_turn(trainer):
+    with trainer.client() as c:
+        register(c, "student2")
+        r = c.post("/v1/art/models/student2/train_sft", json={"conversations": [{"messages": [{"role": "user", "content": "x"}]}]})
+    assert r.status_code == 400 and "no assistant message" in r.json()["error"]["message"]
