@@ -95,8 +95,10 @@ class _Batch:
 
 class BatchScheduler:
     def __init__(self, runner: ModelRunner, eos_token_ids: set[int], max_batch_size: int = 256,
-                 pad_token_id: int = 0, seed: int = 0):
+                 pad_token_id: int = 0, seed: int = 0, threads: int | None = None):
         self.runner = runner
+        # CPU threads for decode steps (set at each step: training in between may use more).
+        self.threads = threads
         self.eos_token_ids = eos_token_ids
         self.max_batch_size = max_batch_size
         self.pad_token_id = pad_token_id
@@ -220,6 +222,8 @@ class BatchScheduler:
     def _run(self, batch: _Batch, prefill: bool) -> None:
         try:
             with self.model_lock:
+                if self.threads:
+                    torch.set_num_threads(self.threads)
                 logits = self._prefill(batch) if prefill else self._step(batch)
                 rows = [s.params for s in batch.seqs]
                 sampled = sample(logits, rows, self.generator)

@@ -15,6 +15,9 @@ from typing import Any
 import torch
 
 
+TORCH_THREADS = torch.get_num_threads()
+
+
 class ModelHolder:
     """Something with a replaceable `.model` (the hf engine's runner, or a trainer-owned holder)."""
 
@@ -26,6 +29,8 @@ class LoraHost:
     def __init__(self, holder: Any, lock: threading.RLock | None = None):
         self.holder = holder
         self.lock = lock or threading.RLock()
+        # Training uses every core torch was given at start (decode steps may set fewer).
+        self.threads = TORCH_THREADS
 
     @property
     def model(self) -> Any:
@@ -84,6 +89,8 @@ class LoraHost:
         self._peft().set_adapter(slot)
         for p in self.parameters(slot):
             p.requires_grad_(True)
+        if self.device.type == "cpu":
+            torch.set_num_threads(self.threads)
 
     @contextlib.contextmanager
     def base_only(self) -> Iterator[None]:
