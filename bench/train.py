@@ -51,6 +51,13 @@ def fixed_groups(model, tok, groups: int, size: int, tokens: int, seed: int) -> 
     return out
 
 
+def as_groups(data: list[dict]) -> list[list[dict]]:
+    """The fixed groups as the server's trainer takes them (trajectories with sampled choices)."""
+    return [[{"messages_and_choices": [*d["messages"], {"kind": "choice", "message": {"role": "assistant", "content": ""},
+                                                        "prompt_token_ids": d["prompt_ids"], "token_ids": c, "logprobs": lp}],
+              "reward": r} for c, lp, r in zip(d["completions"], d["logprobs"], d["rewards"])] for d in data]
+
+
 def bench_ours(base_path: Path, data: list[dict], steps: int, micro_batch: int) -> dict:
     from transformers import AutoModelForCausalLM
 
@@ -65,9 +72,7 @@ def bench_ours(base_path: Path, data: list[dict], steps: int, micro_batch: int) 
     host = LoraHost(Holder())
     host.add_slot("bench", LoraSpec().peft_config())
     optimizer = make_optimizer(host, "bench")
-    groups = [[{"messages_and_choices": [*d["messages"], {"kind": "choice", "message": {"role": "assistant", "content": ""},
-                                                           "prompt_token_ids": d["prompt_ids"], "token_ids": c, "logprobs": lp}],
-                "reward": r} for c, lp, r in zip(d["completions"], d["logprobs"], d["rewards"])] for d in data]
+    groups = as_groups(data)
     config = GRPOConfig(learning_rate=1e-4, micro_batch_size=micro_batch, scale_rewards=True)
     times, tokens = [], 0
     for i in range(steps + 1):
@@ -149,10 +154,7 @@ def bench_swap(data: list[dict], steps: int, out_dir: Path) -> dict:
     try:
         with srv.client() as c:
             c.post("/v1/art/models/register", json={"name": "swap", "project": "bench", "base_model": "builtin:tiny"})
-            groups = [[{"messages_and_choices": [*d["messages"], {"kind": "choice", "message": {"role": "assistant", "content": ""},
-                                                                   "prompt_token_ids": d["prompt_ids"], "token_ids": c2,
-                                                                   "logprobs": lp}], "reward": r}
-                       for c2, lp, r in zip(d["completions"], d["logprobs"], d["rewards"])] for d in data]
+            groups = as_groups(data)
             rows = [step(c, "swap", groups, learning_rate=1e-4)[-1]["metrics"] for _ in range(steps)]
     finally:
         srv.stop()

@@ -1,7 +1,15 @@
 /**
  * art-ts: the public door of the TypeScript client. Notebook cells import from here:
- * `import { showPlotly, ProgressLine } from "./lib/index";`
- * (the kernel runs in the project root; tslab resolves a file, not a folder, so name `index`)
+ * `import { TrainableModel, LocalBackend, showPlotly } from "./lib/index";`
+ * (the kernel runs in the project root; tslab resolves a file, not a folder, so name `index`).
  * @module
  */
 export * from "./display";
+export * from "./errors";
+export * from "./backend";
+export * from "./local-backend";
+export * from "./model";
+export * from "./trajectory";
+export * from "./gather";
+export * from "./history";
+export { LoraConfig, TrainConfig, SftConfig, TrainLine, HistoryRow, ModelInfo, ReadyLine } from "./wire";

@@ -8,12 +8,14 @@ so a client (the TypeScript LocalBackend) can start it and know where it is. Log
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import signal
 import socket
 import sys
+from pathlib import Path
 
 from . import __version__
 from .config import ServerConfig, parse_args
@@ -37,6 +39,36 @@ def configure_logging(level: str) -> dict:
         "loggers": {name: {"handlers": ["stderr"], "level": level.upper(), "propagate": False}
                     for name in ("uvicorn", "uvicorn.error", "uvicorn.access")},
     }
+
+
+class DataDirBusy(RuntimeError):
+    pass
+
+
+def lock_data_dir(data_dir: Path) -> int:
+    """Takes an exclusive lock on the data dir for the life of the process: two servers writing one
+    data dir could corrupt it. The lock dies with the process (kill -9 included)."""
+    import fcntl
+
+    fd = os.open(data_dir / "server.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        info = {}
+        with contextlib.suppress(Exception):
+            info = json.loads((data_dir / "server.json").read_text())
+        raise DataDirBusy(f"another art-server (pid {info.get('pid', '?')}, {info.get('url', 'url unknown')}) is using the "
+                          f"data dir {data_dir}; connect to that server, stop it, or pick another --data-dir") from None
+    return fd
+
+
+def write_server_file(data_dir: Path, ready: dict) -> None:
+    """Where the running server is, for clients that want to reuse it (readable by the owner only)."""
+    path = data_dir / "server.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(ready, f)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -69,15 +101,26 @@ async def serve(config: ServerConfig, log_config: dict) -> None:
             raise SystemExit("art-server stopped during startup")
         await asyncio.sleep(0.02)
     host = f"[{config.host}]" if ":" in config.host else config.host
-    print(json.dumps({"event": "ready", "url": f"http://{host}:{port}", "token": config.token, "pid": os.getpid(),
-                      "version": __version__, "data_dir": str(config.data_dir), "base_model": config.base_model}), flush=True)
-    await task
+    ready = {"event": "ready", "url": f"http://{host}:{port}", "token": config.token, "pid": os.getpid(),
+             "version": __version__, "data_dir": str(config.data_dir), "base_model": config.base_model}
+    write_server_file(config.data_dir, ready)
+    print(json.dumps(ready), flush=True)
+    try:
+        await task
+    finally:
+        with contextlib.suppress(OSError):
+            (config.data_dir / "server.json").unlink()
 
 
 def main(argv: list[str] | None = None) -> None:
     config = parse_args(argv)
     log_config = configure_logging(config.log_level)
     config.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        lock_data_dir(config.data_dir)
+    except DataDirBusy as error:
+        print(f"art-server: {error}", file=sys.stderr)
+        sys.exit(3)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         asyncio.run(serve(config, log_config))

@@ -75,3 +75,17 @@ def test_one_server_holds_one_base_model(tmp_path):
             await manager.close()
 
     asyncio.run(scenario())
+
+
+def test_a_second_server_on_the_same_data_dir_is_refused_with_a_clear_message(tmp_path):
+    srv = start_server(tmp_path)
+    try:
+        info = __import__("json").loads((tmp_path / "server.json").read_text())
+        assert info["url"] == srv.url and info["token"] == srv.token
+        assert (tmp_path / "server.json").stat().st_mode & 0o077 == 0, "the token file must be private"
+        result = run_cli("--data-dir", str(tmp_path), "--port", "0")
+        assert result.returncode == 3
+        assert "another art-server" in result.stderr and srv.url in result.stderr
+    finally:
+        srv.stop()
+    assert not (tmp_path / "server.json").exists()

@@ -2,6 +2,19 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { formatProgress, inNotebook, plotlyHtml, ProgressLine, tableHtml, tableText } from "../../lib/index";
 
+/** Runs `fn` with process.stdout.write captured; returns what it wrote, chunk by chunk. */
+function captureStdout(fn: () => void): string[] {
+  const chunks: string[] = [];
+  const write = process.stdout.write;
+  process.stdout.write = ((chunk: string) => chunks.push(chunk) > 0) as typeof process.stdout.write;
+  try {
+    fn();
+  } finally {
+    process.stdout.write = write;
+  }
+  return chunks;
+}
+
 describe("display helpers outside a notebook", () => {
   it("know they are not in a kernel", () => {
     assert.equal(inNotebook(), false);
@@ -14,31 +27,21 @@ describe("display helpers outside a notebook", () => {
   });
 
   it("print a progress line at most once per interval in log mode, and always the final state", () => {
-    const lines: string[] = [];
-    const write = process.stdout.write;
-    process.stdout.write = ((chunk: string) => lines.push(chunk) > 0) as typeof process.stdout.write;
-    try {
+    const lines = captureStdout(() => {
       const progress = new ProgressLine("work", { mode: "log", logIntervalMs: 60_000 });
       for (let i = 1; i <= 100; i++) progress.update({ done: i, total: 100 });
       progress.finish({ done: 100, total: 100 });
       progress.finish({ done: 100, total: 100 });
-    } finally {
-      process.stdout.write = write;
-    }
+    });
     assert.deepEqual(lines, ["work [--------------------] 1/100 1%\n", "work [####################] 100/100 100%\n"]);
   });
 
   it("rewrite one terminal line with a carriage return in tty mode", () => {
-    const chunks: string[] = [];
-    const write = process.stdout.write;
-    process.stdout.write = ((chunk: string) => chunks.push(chunk) > 0) as typeof process.stdout.write;
-    try {
+    const chunks = captureStdout(() => {
       const progress = new ProgressLine("tty", { mode: "tty", minIntervalMs: 0 });
       progress.update({ done: 1, total: 2 });
       progress.finish({ done: 2, total: 2 });
-    } finally {
-      process.stdout.write = write;
-    }
+    });
     assert.equal(chunks.length, 2);
     assert.ok(chunks.every((c) => c.startsWith("\r\x1b[2K")));
     assert.ok(chunks[1]?.endsWith("\n") && !chunks[0]?.endsWith("\n"));

@@ -200,23 +200,24 @@ class GRPOConfigIn(BaseModel):
     max_sequence_length: int | None = Field(None, ge=1)
 
 
-def _check_groups(groups: list[list[TrajectoryIn]]) -> list[list[TrajectoryIn]]:
-    empty = [i for i, g in enumerate(groups) if not g]
-    if empty:
-        raise ValueError(f"group {empty[0]} is empty: every group needs trajectories")
-    return groups
+class GroupsBody(BaseModel):
+    """A body carrying trajectory groups: at least one group, none of them empty."""
 
-
-class TrainRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     groups: list[list[TrajectoryIn]] = Field(min_length=1)
-    config: GRPOConfigIn = Field(default_factory=GRPOConfigIn)
-    serve_previous_during_training: bool = False
 
     @field_validator("groups")
     @classmethod
     def _no_empty_groups(cls, groups: list[list[TrajectoryIn]]) -> list[list[TrajectoryIn]]:
-        return _check_groups(groups)
+        empty = [i for i, g in enumerate(groups) if not g]
+        if empty:
+            raise ValueError(f"group {empty[0]} is empty: every group needs trajectories")
+        return groups
+
+
+class TrainRequest(GroupsBody):
+    config: GRPOConfigIn = Field(default_factory=GRPOConfigIn)
+    serve_previous_during_training: bool = False
 
 
 class Conversation(BaseModel):
@@ -244,15 +245,8 @@ class SFTRequest(BaseModel):
     config: SFTConfigIn = Field(default_factory=SFTConfigIn)
 
 
-class LogRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class LogRequest(GroupsBody):
     split: str = Field("val", min_length=1, max_length=64)
-    groups: list[list[TrajectoryIn]] = Field(min_length=1)
-
-    @field_validator("groups")
-    @classmethod
-    def _no_empty_groups(cls, groups: list[list[TrajectoryIn]]) -> list[list[TrajectoryIn]]:
-        return _check_groups(groups)
 
 
 class DeleteCheckpointsRequest(BaseModel):

@@ -1,0 +1,47 @@
+/**
+ * Errors the client throws: a small hierarchy, each with a message that says what went wrong and
+ * what to do about it. Server errors keep their HTTP status and OpenAI-style code.
+ * @module
+ */
+
+/** The base class of every error this library throws. */
+export class ArtError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+/** The server answered with an error (an OpenAI-style body): `status` and `code` say which. */
+export class ServerApiError extends ArtError {
+  constructor(
+    message: string,
+    readonly status: number,
+    readonly code: string | null,
+    readonly param: string | null = null,
+  ) {
+    super(message);
+  }
+}
+
+/** Nothing answered at the backend's URL. */
+export class ServerUnreachableError extends ArtError {}
+
+/** The server refused the token (401). */
+export class UnauthorizedError extends ServerApiError {}
+
+/** The model is not registered on this backend (call `model.register(backend)` first). */
+export class ModelNotRegisteredError extends ArtError {}
+
+/** A trajectory or group cannot be trained or logged as it is; the message names it. */
+export class BadTrajectoryError extends ArtError {}
+
+/** The local server process died; `logTail` holds the end of its log. */
+export class ServerCrashedError extends ArtError {
+  constructor(
+    message: string,
+    readonly logTail: string,
+  ) {
+    super(message);
+  }
+}

@@ -1,0 +1,157 @@
+/**
+ * `LocalBackend`: starts the bundled gpu-server from the project's `.venv` and stops it when done.
+ * @module
+ */
+import fs from "node:fs";
+import path from "node:path";
+import readline from "node:readline";
+import { RemoteBackend } from "./backend";
+import { ServerCrashedError } from "./errors";
+import { ReadyLine } from "./wire";
+
+/** Options of {@link LocalBackend.start}. */
+export interface LocalBackendOptions {
+  /** Models, checkpoints and logs (default `<project>/.art`). */
+  dataDir?: string;
+  /** Preload a base model (default: loaded by the first registration). */
+  baseModel?: string;
+  /** `auto` (vllm with CUDA when installed, else hf), `hf` or `vllm`. */
+  engine?: "auto" | "hf" | "vllm";
+  /** `auto`, `cpu` or `cuda`. */
+  device?: "auto" | "cpu" | "cuda";
+  /** Extra server flags, e.g. `["--max-batch-size", "64"]`. */
+  args?: string[];
+  /** How long to wait for the server to be ready (default 120 s). */
+  startupTimeoutMs?: number;
+  /** The project root holding `.venv` (default: found from this file). */
+  projectRoot?: string;
+}
+
+interface RunningServer {
+  pid: number;
+  exited: Promise<{ exitCode?: number; signal?: string }>;
+  kill(signal?: NodeJS.Signals): boolean;
+}
+
+const PROJECT_ROOT = path.resolve(__dirname, "..");
+
+function tailOf(file: string, lines = 30): string {
+  try {
+    return fs.readFileSync(file, "utf8").trimEnd().split("\n").slice(-lines).join("\n");
+  } catch {
+    return "";
+  }
+}
+
+/**
+ * The gpu-server on this machine, started with execa on a free port with a generated token. Its log
+ * goes to `<dataDir>/logs/server-<time>.log`; it stops on `close()` or when this process exits. A
+ * server already running on the same data dir is reused (one server per data dir keeps it whole).
+ *
+ * ```ts
+ * const backend = await LocalBackend.start();              // builtin models need nothing else
+ * ```
+ */
+export class LocalBackend extends RemoteBackend {
+  /** The server's log file (undefined when an already running server was reused). */
+  readonly logFile: string | undefined;
+  private readonly server: RunningServer | undefined;
+  private crashed: ServerCrashedError | undefined;
+
+  private constructor(ready: ReadyLine, server?: RunningServer, logFile?: string) {
+    super({ url: ready.url, token: ready.token });
+    this.server = server;
+    this.logFile = logFile;
+  }
+
+  /** Starts (or reuses) the local server and waits for its ready line. */
+  static async start(options: LocalBackendOptions = {}): Promise<LocalBackend> {
+    const root = options.projectRoot ?? PROJECT_ROOT;
+    const dataDir = path.resolve(options.dataDir ?? path.join(root, ".art"));
+    const reused = await reuse(dataDir);
+    if (reused) return new LocalBackend(reused);
+    const python = path.join(root, ".venv", "bin", "python");
+    if (!fs.existsSync(python)) {
+      throw new ServerCrashedError(`no Python environment at ${path.dirname(path.dirname(python))}: run \`npm run setup\` in ${root}`, "");
+    }
+    fs.mkdirSync(path.join(dataDir, "logs"), { recursive: true });
+    const logFile = path.join(dataDir, "logs", `server-${new Date().toISOString().replace(/[:.]/g, "-")}.log`);
+    const args = ["-m", "art_server", "--port", "0", "--data-dir", dataDir, "--engine", options.engine ?? "auto",
+      "--device", options.device ?? "auto", ...(options.baseModel ? ["--base-model", options.baseModel] : []), ...(options.args ?? [])];
+    const { execa } = await import("execa");
+    const child = execa(python, args, {
+      stdout: "pipe", stderr: { file: logFile }, stdin: "ignore", reject: false, cleanup: true,
+      env: { PYTHONUNBUFFERED: "1" },
+    });
+    const exited = child.then((r) => ({ exitCode: r.exitCode, signal: r.signal }));
+    const ready = await new Promise<ReadyLine>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        child.kill("SIGKILL");
+        reject(new ServerCrashedError(`the gpu-server did not start within ${(options.startupTimeoutMs ?? 120_000) / 1000} s; ` +
+          `its log (${logFile}) ends:\n${tailOf(logFile)}`, tailOf(logFile)));
+      }, options.startupTimeoutMs ?? 120_000);
+      readline.createInterface({ input: child.stdout! }).on("line", (line) => {
+        if (!line.startsWith("{")) return;
+        clearTimeout(timer);
+        resolve(ReadyLine.parse(JSON.parse(line)));
+      });
+      void exited.then(({ exitCode }) => {
+        clearTimeout(timer);
+        reject(new ServerCrashedError(`the gpu-server exited during start-up (code ${exitCode}); its log (${logFile}) ends:\n${tailOf(logFile)}`,
+          tailOf(logFile)));
+      });
+    });
+    const server: RunningServer = { pid: child.pid!, exited, kill: (signal) => child.kill(signal) };
+    const backend = new LocalBackend(ready, server, logFile);
+    void exited.then(({ exitCode, signal }) => {
+      if (backend.closing) return;
+      const tail = tailOf(logFile);
+      backend.crashed = new ServerCrashedError(`the gpu-server (pid ${server.pid}) died (${signal ?? `exit ${exitCode}`}); ` +
+        `its log (${logFile}) ends:\n${tail}\nStart a new LocalBackend on the same data dir to resume every model at its latest step.`, tail);
+    });
+    const stop = () => server.kill("SIGTERM");
+    process.once("exit", stop);
+    backend.removeExitHook = () => process.off("exit", stop);
+    return backend;
+  }
+
+  private closing = false;
+  private removeExitHook: () => void = () => {};
+
+  /** The server process id (undefined when reusing one started elsewhere). */
+  get pid(): number | undefined {
+    return this.server?.pid;
+  }
+
+  protected override unreachable(requestPath: string, error: unknown): Error {
+    return this.crashed ?? super.unreachable(requestPath, error);
+  }
+
+  override async request<T>(method: "GET" | "POST", requestPath: string, schema: import("zod").ZodType<T>, body?: unknown): Promise<T> {
+    if (this.crashed) throw this.crashed;
+    return super.request(method, requestPath, schema, body);
+  }
+
+  /** Stops the server this backend started (waits for it to exit). */
+  override async close(): Promise<void> {
+    if (!this.server || this.closing) return;
+    this.closing = true;
+    this.removeExitHook();
+    this.server.kill("SIGTERM");
+    await this.server.exited;
+  }
+}
+
+/** A server already running on this data dir (its server.json, and it answers). */
+async function reuse(dataDir: string): Promise<ReadyLine | null> {
+  const file = path.join(dataDir, "server.json");
+  if (!fs.existsSync(file)) return null;
+  try {
+    const ready = ReadyLine.parse(JSON.parse(fs.readFileSync(file, "utf8")));
+    process.kill(ready.pid, 0);
+    const response = await fetch(`${ready.url}/health`);
+    return response.ok ? ready : null;
+  } catch {
+    return null; // stale: the server died; the next start takes over the data dir
+  }
+}

@@ -1,0 +1,286 @@
+/**
+ * Models: `TrainableModel` (a LoRA trained on a backend, served as `name@step`) and `Model` (one
+ * that is only called, e.g. an OpenAI model as a baseline). Rollout code takes either.
+ * @module
+ */
+import OpenAI from "openai";
+import type { Backend } from "./backend";
+import { ProgressLine } from "./display";
+import { BadTrajectoryError, ModelNotRegisteredError } from "./errors";
+import fs from "node:fs";
+import { historyFrame } from "./history";
+import { Trajectory, type MessageParam, type ToolParam, type TrajectoryGroup } from "./trajectory";
+import {
+  HistoryRow as HistoryRowSchema, ModelInfo, SftConfig as SftConfigSchema, TrainConfig as TrainConfigSchema,
+  type HistoryRow, type LoraConfig, type SftConfig, type TrainConfig, type TrainLine,
+} from "./wire";
+
+/** A conversation to learn from with SFT. */
+export interface Conversation {
+  messages: MessageParam[];
+  tools?: ToolParam[];
+}
+
+function readJsonl(file: string): Conversation[] {
+  return fs.readFileSync(file, "utf8").split("\n").filter((l) => l.trim()).map((line, i) => {
+    try {
+      return JSON.parse(line) as Conversation;
+    } catch (error) {
+      throw new BadTrajectoryError(`${file}, line ${i + 1}: not JSON (${(error as Error).message})`);
+    }
+  });
+}
+
+/** What rollout code needs of any model. */
+export interface ChatModel {
+  /** The model name to send in requests. */
+  inferenceName(step?: number): string;
+  /** An OpenAI client for it. */
+  openai(): OpenAI;
+}
+
+/** Options of a plain {@link Model}. */
+export interface ModelOptions {
+  /** The model id the endpoint knows (e.g. `gpt-4.1-mini`). */
+  name: string;
+  /** An OpenAI-compatible endpoint (default: OpenAI's). */
+  baseURL?: string;
+  /** Its API key. */
+  apiKey?: string;
+}
+
+/**
+ * A model that is not trained here: OpenAI, or any OpenAI-compatible endpoint, as a baseline.
+ * `Model.fromEnv()` reads `ART_BASELINE_MODEL`, `ART_BASELINE_BASE_URL` and `ART_BASELINE_API_KEY`
+ * (falling back to `OPENAI_API_KEY`).
+ */
+export class Model implements ChatModel {
+  readonly name: string;
+  private readonly client: OpenAI;
+
+  constructor(options: ModelOptions) {
+    this.name = options.name;
+    this.client = new OpenAI({ apiKey: options.apiKey ?? process.env.OPENAI_API_KEY ?? "unset", baseURL: options.baseURL });
+  }
+
+  /** The baseline configured by environment variables, or null when none is. */
+  static fromEnv(): Model | null {
+    const name = process.env.ART_BASELINE_MODEL;
+    if (!name) return null;
+    return new Model({ name, baseURL: process.env.ART_BASELINE_BASE_URL, apiKey: process.env.ART_BASELINE_API_KEY });
+  }
+
+  inferenceName(): string {
+    return this.name;
+  }
+
+  openai(): OpenAI {
+    return this.client;
+  }
+}
+
+/** Options of a {@link TrainableModel}. */
+export interface TrainableModelOptions {
+  /** The model's name: served as `name@step` (letters, digits, `.`, `_`, `-`). */
+  name: string;
+  /** A project groups models on disk: `<dataDir>/<project>/models/<name>/`. */
+  project: string;
+  /** The base model: `builtin:tiny`, a Hugging Face id in the server's cache, or a path on the server. */
+  baseModel: string;
+  /** LoRA configuration (defaults r=8, alpha=16, dropout 0, all attention and MLP projections). */
+  lora?: LoraConfig;
+}
+
+/** The result of a training step. */
+export interface TrainResult {
+  /** The new step (served as `name@step`). */
+  step: number;
+  /** Reward statistics, skipped groups, tokens trained, losses and timings of the step. */
+  metrics: Record<string, unknown>;
+  /** Every NDJSON line the server streamed. */
+  lines: TrainLine[];
+}
+
+/** Options of {@link TrainableModel.train} beyond the GRPO config. */
+export interface TrainOptions extends TrainConfig {
+  /** Keep serving the previous step while this one trains (default: requests wait for the new one). */
+  servePreviousDuringTraining?: boolean;
+  /** Show a progress line (default true). */
+  progress?: boolean;
+  /** Each streamed line. */
+  onLine?: (line: TrainLine) => void;
+}
+
+/**
+ * A model trained with LoRA on a backend.
+ *
+ * ```ts
+ * const model = new TrainableModel({ name: "agent", project: "tictactoe", baseModel: "builtin:tiny" });
+ * await model.register(backend);
+ * const client = model.openai();      // asks for token ids and logprobs on every request
+ * ```
+ */
+export class TrainableModel implements ChatModel {
+  readonly name: string;
+  readonly project: string;
+  readonly baseModel: string;
+  readonly lora: LoraConfig | undefined;
+  private backendRef: Backend | undefined;
+  private client: OpenAI | undefined;
+  private step = 0;
+
+  constructor(options: TrainableModelOptions) {
+    this.name = options.name;
+    this.project = options.project;
+    this.baseModel = options.baseModel;
+    this.lora = options.lora;
+  }
+
+  /** The backend it is registered on. */
+  get backend(): Backend {
+    if (!this.backendRef) throw new ModelNotRegisteredError(`model ${this.name} is not registered: call \`await model.register(backend)\` first`);
+    return this.backendRef;
+  }
+
+  /** Registers (step 0) or resumes (latest step) the model on `backend`. */
+  async register(backend: Backend): Promise<ModelInfo> {
+    const info = await backend.request("POST", "/v1/art/models/register", ModelInfo, {
+      name: this.name, project: this.project, base_model: this.baseModel, ...(this.lora ? { lora: this.lora } : {}),
+    });
+    this.backendRef = backend;
+    this.client = undefined;
+    this.step = info.step;
+    return info;
+  }
+
+  /** `name@step` for a step, or the bare name (its latest step) when none is given. */
+  inferenceName(step?: number): string {
+    return step === undefined ? this.name : `${this.name}@${step}`;
+  }
+
+  /** The latest step, asked of the backend. */
+  async getStep(): Promise<number> {
+    const info = await this.backend.request("GET", `/v1/art/models/${encodeURIComponent(this.name)}`, ModelInfo);
+    this.step = info.step;
+    return info.step;
+  }
+
+  /**
+   * An `openai` client for the backend's OpenAI-compatible endpoint. Every chat completion it
+   * sends asks for logprobs and token ids, so choices can be pushed into trajectories and trained.
+   */
+  openai(): OpenAI {
+    if (!this.client) {
+      const backend = this.backend;
+      this.client = new OpenAI({ baseURL: `${backend.url}/v1`, apiKey: backend.token, fetch: withTrainingFields, maxRetries: 2 });
+    }
+    return this.client;
+  }
+
+  /**
+   * One GRPO step on `groups`. Validates first (empty groups, non-finite rewards, choices without
+   * token ids: the message names the trajectory), warns about groups whose rewards are all equal,
+   * shows progress, and returns the new step with its metrics.
+   */
+  async train(groups: TrajectoryGroup[], options: TrainOptions = {}): Promise<TrainResult> {
+    const { servePreviousDuringTraining, progress, onLine, ...config } = options;
+    const wire = toWireGroups(groups, true);
+    const flat = groups.filter((g) => g.hasZeroVariance()).length;
+    if (flat) {
+      console.warn(`[art] ${flat} of ${groups.length} groups have the same reward for every trajectory: GRPO gets no gradient ` +
+        "from them. Make the reward tell rollouts apart (partial credit, more rollouts per group).");
+    }
+    return this.runStep("train", { groups: wire, config: TrainConfigSchema.parse(config),
+      serve_previous_during_training: servePreviousDuringTraining ?? false }, progress ?? true, onLine);
+  }
+
+  /**
+   * One SFT step: trains on conversations (trajectories, `{messages, tools?}` objects, or the path
+   * of a JSONL file of them), loss on assistant turns. Makes a new step that RL continues from.
+   */
+  async trainSft(data: Trajectory[] | Conversation[] | string, config: SftConfig & { progress?: boolean } = {}): Promise<TrainResult> {
+    const { progress, ...rest } = config;
+    const conversations = typeof data === "string" ? readJsonl(data) : data.map((item, i) =>
+      item instanceof Trajectory ? { messages: item.messages(), ...(item.tools ? { tools: item.tools } : {}) } : item);
+    if (!conversations.length) throw new BadTrajectoryError("no conversations to train on");
+    conversations.forEach((c, i) => {
+      if (!Array.isArray(c.messages) || !c.messages.some((m) => m.role === "assistant")) {
+        throw new BadTrajectoryError(`conversation ${i} has no assistant message to learn from`);
+      }
+    });
+    return this.runStep("train_sft", { conversations, config: SftConfigSchema.parse(rest) }, progress ?? true);
+  }
+
+  /** The metrics history as a danfo DataFrame: step, split, and a column per numeric metric. */
+  async history(): Promise<import("danfojs-node").DataFrame> {
+    const rows = await this.historyRows();
+    return historyFrame(rows);
+  }
+
+  /** The metrics history as plain rows. */
+  async historyRows(): Promise<HistoryRow[]> {
+    const { z } = await import("zod");
+    const body = await this.backend.request("GET", `/v1/art/models/${encodeURIComponent(this.name)}/history`, z.object({ rows: z.array(HistoryRowSchema) }));
+    return body.rows;
+  }
+
+  /** Deletes every checkpoint but the latest and the best by `keepBestBy` (`split/metric`, default `val/reward`). */
+  async deleteCheckpoints(options: { keepBestBy?: string } = {}): Promise<{ deleted: number[]; kept: number[]; best_step: number | null }> {
+    const { z } = await import("zod");
+    return this.backend.request("POST", `/v1/art/models/${encodeURIComponent(this.name)}/delete_checkpoints`,
+      z.object({ deleted: z.array(z.number()), kept: z.array(z.number()), best_step: z.number().nullable() }).passthrough(),
+      { keep_best_by: options.keepBestBy ?? "val/reward" });
+  }
+
+  /** Stores groups (default split "val") and their metrics at the current step. */
+  async log(groups: TrajectoryGroup[], options: { split?: string } = {}): Promise<Record<string, unknown>> {
+    const { z } = await import("zod");
+    return this.backend.request("POST", `/v1/art/models/${encodeURIComponent(this.name)}/log`, z.record(z.string(), z.unknown()),
+      { split: options.split ?? "val", groups: toWireGroups(groups, false) });
+  }
+
+  protected async runStep(kind: "train" | "train_sft", body: unknown, showProgress: boolean,
+    onLine?: (line: TrainLine) => void): Promise<TrainResult> {
+    const bar = showProgress ? new ProgressLine(kind === "train" ? `train ${this.name}` : `sft ${this.name}`) : null;
+    const lines = await this.backend.stream(`/v1/art/models/${encodeURIComponent(this.name)}/${kind}`, body, (line) => {
+      if (line.type === "progress") {
+        bar?.update({ done: line.gradient_step, total: line.gradient_steps, detail: `loss ${line.loss.toFixed(4)} · grad ${line.grad_norm.toFixed(3)}` });
+      } else if (line.type === "warning") {
+        console.warn(`[art] ${line.message}`);
+      }
+      onLine?.(line);
+    });
+    const result = lines[lines.length - 1];
+    if (!result || result.type !== "result") throw new Error(`the ${kind} stream ended without a result`);
+    this.step = result.step;
+    bar?.finish({ done: 1, total: 1, detail: `step ${result.step}` });
+    return { step: result.step, metrics: result.metrics, lines };
+  }
+}
+
+/** The wire groups, validated: names the group and trajectory at fault. */
+function toWireGroups(groups: TrajectoryGroup[], needTokens: boolean) {
+  if (!groups.length) throw new BadTrajectoryError("no groups to send: gather some rollouts first");
+  return groups.map((group, g) => {
+    if (!group.trajectories.length) {
+      throw new BadTrajectoryError(`group ${g} has no finished trajectories${group.exceptions.length ? ` (${group.exceptions.length} rollouts threw)` : ""}`);
+    }
+    return group.trajectories.map((t, i) => {
+      const label = `group ${g}, trajectory ${i}`;
+      if (needTokens && !t.choices().length) {
+        throw new BadTrajectoryError(`${label} has no sampled choices: push the completions from model.openai() into it`);
+      }
+      return t.toWire(label);
+    });
+  });
+}
+
+/** fetch for the OpenAI client: adds `logprobs` and `return_token_ids` to chat completion requests. */
+const withTrainingFields: typeof fetch = async (input, init) => {
+  const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url;
+  if (init?.body && typeof init.body === "string" && url.endsWith("/chat/completions")) {
+    const body = JSON.parse(init.body) as Record<string, unknown>;
+    init = { ...init, body: JSON.stringify({ ...body, logprobs: true, return_token_ids: true }) };
+  }
+  return fetch(input, init);
+};

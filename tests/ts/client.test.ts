@@ -1,0 +1,162 @@
+// The TypeScript client against the real gpu-server process on builtin:tiny: the full loop
+// (register, gather groups of rollouts through model.openai(), train, serve the new step) until the
+// reward rises, validation errors, a wrong token, a crashed server and resuming after it.
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, before, describe, it } from "node:test";
+import {
+  BadTrajectoryError,
+  gatherTrajectoryGroups,
+  LocalBackend,
+  plotHistory,
+  RemoteBackend,
+  retry,
+  ServerCrashedError,
+  TrainableModel,
+  Trajectory,
+  TrajectoryGroup,
+  UnauthorizedError,
+} from "../../lib/index";
+import { randomBoard, rng, rollout } from "../../examples/toy-task";
+
+describe("TrainableModel on a LocalBackend", () => {
+  let dataDir: string;
+  let backend: LocalBackend;
+
+  before(async () => {
+    dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "art-client-"));
+    backend = await LocalBackend.start({ dataDir, baseModel: "builtin:tiny", engine: "hf", device: "cpu" });
+  });
+  after(async () => {
+    await backend?.close();
+  });
+
+  it("trains the toy task through model.openai() until the reward rises by 0.3", async () => {
+    const model = new TrainableModel({ name: "loop", project: "client-tests", baseModel: "builtin:tiny" });
+    const info = await model.register(backend);
+    assert.equal(info.step, 0);
+    const random = rng(7);
+    const rewards: number[] = [];
+    for (let step = 0; step < 120; step++) {
+      const groups = Array.from({ length: 4 }, (_, g) => {
+        const board = randomBoard(random);
+        return new TrajectoryGroup(Array.from({ length: 8 }, (_, i) => () => rollout(model, board, step * 1000 + g * 10 + i)));
+      });
+      const gathered = await gatherTrajectoryGroups(groups, { progress: false });
+      const mean = gathered.flatMap((g) => g.trajectories).reduce((s, t) => s + t.reward, 0) / 32;
+      rewards.push(mean);
+      const result = await model.train(gathered, { learning_rate: 1e-2, progress: false });
+      assert.equal(result.step, step + 1);
+      if (rewards.length >= 20) {
+        const first = rewards.slice(0, 10).reduce((a, b) => a + b) / 10;
+        const last = rewards.slice(-10).reduce((a, b) => a + b) / 10;
+        if (last - first >= 0.3) break;
+      }
+    }
+    const first = rewards.slice(0, 10).reduce((a, b) => a + b) / 10;
+    const last = rewards.slice(-10).reduce((a, b) => a + b) / 10;
+    console.log(`client loop: ${rewards.length} steps, first 10 ${first.toFixed(3)}, last 10 ${last.toFixed(3)}`);
+    assert.ok(last - first >= 0.3, `reward went from ${first.toFixed(3)} to ${last.toFixed(3)} in ${rewards.length} steps`);
+    // The new step is what the bare name serves, and it is listed.
+    assert.equal(await model.getStep(), rewards.length);
+    const listed = await model.openai().models.list();
+    assert.ok(listed.data.some((m) => m.id === model.inferenceName(rewards.length)));
+  });
+
+  it("returns the history as a danfo DataFrame and plots reward per step", async () => {
+    const model = new TrainableModel({ name: "loop", project: "client-tests", baseModel: "builtin:tiny" });
+    await model.register(backend);
+    const frame = await model.history();
+    const steps = await model.getStep();
+    assert.equal(frame.shape[0], steps);
+    for (const column of ["step", "split", "reward", "loss", "grad_norm", "hit"]) assert.ok(frame.columns.includes(column), column);
+    const figure = plotHistory(frame, ["reward", "loss"]);
+    const reward = figure.data.find((t) => t.name === "train/reward");
+    assert.ok(reward && (reward.y as number[]).length === steps);
+    assert.ok(figure.data.some((t) => t.name === "train/loss" && t.yaxis === "y2"));
+  });
+
+  it("trains SFT from a JSONL file and then answers as taught", async () => {
+    const model = new TrainableModel({ name: "taught", project: "client-tests", baseModel: "builtin:tiny" });
+    await model.register(backend);
+    const file = path.join(dataDir, "sft.jsonl");
+    const pairs = [["Say hi.", "hi there"], ["Name a corner.", "A1"]];
+    fs.writeFileSync(file, pairs.map(([q, a]) => JSON.stringify({ messages: [{ role: "user", content: q }, { role: "assistant", content: a }] })).join("\n"));
+    const result = await model.trainSft(file, { learning_rate: 2e-2, epochs: 40, batch_size: 2, progress: false });
+    assert.equal(result.step, 1);
+    for (const [q, a] of pairs) {
+      const r = await model.openai().chat.completions.create({ model: model.inferenceName(), messages: [{ role: "user", content: q! }], temperature: 0, max_tokens: 8 });
+      assert.equal(r.choices[0]?.message.content, a);
+    }
+    await assert.rejects(model.trainSft([{ messages: [{ role: "user", content: "x" }] }]), /conversation 0 has no assistant message/);
+  });
+
+  it("validates before sending and names the trajectory at fault", async () => {
+    const model = new TrainableModel({ name: "strict", project: "client-tests", baseModel: "builtin:tiny" });
+    await model.register(backend);
+    const board = randomBoard(rng(1));
+    const good = await rollout(model, board, 1);
+    await assert.rejects(model.train([]), BadTrajectoryError);
+    await assert.rejects(model.train([new TrajectoryGroup([])]), /group 0 has no finished trajectories/);
+    const nan = new Trajectory({ messagesAndChoices: good.messagesAndChoices, reward: Number.NaN });
+    await assert.rejects(model.train([new TrajectoryGroup([good, nan])]), /group 0, trajectory 1: reward is NaN/);
+    const plain = new Trajectory({ messagesAndChoices: [{ role: "user", content: "hi" }, { role: "assistant", content: "B2" }], reward: 1 });
+    await assert.rejects(model.train([new TrajectoryGroup([good, plain])]), /group 0, trajectory 1 has no sampled choices/);
+    const foreign = { id: "x", object: "chat.completion", created: 0, model: "m", choices: [{ index: 0, finish_reason: "stop",
+      logprobs: null, message: { role: "assistant", content: "B2", refusal: null } }] };
+    assert.throws(() => new Trajectory().push(foreign as never), /no prompt_token_ids/);
+  });
+
+  it("warns about groups whose rewards are all equal, and the step still advances", async () => {
+    const model = new TrainableModel({ name: "flat", project: "client-tests", baseModel: "builtin:tiny" });
+    await model.register(backend);
+    const board = randomBoard(rng(2));
+    const group = new TrajectoryGroup(await Promise.all([0, 1].map((i) => rollout(model, board, i))));
+    for (const t of group.trajectories) t.reward = 0.5;
+    const warnings: string[] = [];
+    const warn = console.warn;
+    console.warn = (m: string) => warnings.push(m);
+    try {
+      const result = await model.train([group], { progress: false });
+      assert.equal(result.step, 1);
+      assert.match(String(result.metrics.nothing_trained), /all rewards in the group are equal/);
+    } finally {
+      console.warn = warn;
+    }
+    assert.ok(warnings.some((w) => /same reward for every trajectory/.test(w)), warnings.join("\n"));
+  });
+
+  it("refuses a wrong token with UnauthorizedError", async () => {
+    const remote = new RemoteBackend({ url: backend.url, token: "wrong" });
+    const model = new TrainableModel({ name: "intruder", project: "client-tests", baseModel: "builtin:tiny" });
+    await assert.rejects(model.register(remote), UnauthorizedError);
+  });
+
+  it("reuses the server already running on a data dir", async () => {
+    const second = await LocalBackend.start({ dataDir });
+    assert.equal(second.url, backend.url);
+    assert.equal(second.pid, undefined);
+    await second.close(); // closing a reused backend leaves the server running
+    const model = new TrainableModel({ name: "loop", project: "client-tests", baseModel: "builtin:tiny" });
+    assert.ok((await model.register(second)).step > 0);
+  });
+
+  it("reports a crashed server with its log, and a new backend resumes every model", async () => {
+    const model = new TrainableModel({ name: "loop", project: "client-tests", baseModel: "builtin:tiny" });
+    const before = (await model.register(backend)).step;
+    process.kill(backend.pid!, "SIGKILL");
+    await new Promise((r) => setTimeout(r, 500));
+    await assert.rejects(model.getStep(), (error: unknown) => {
+      assert.ok(error instanceof ServerCrashedError, String(error));
+      assert.match(error.message, /died \(SIGKILL\)/);
+      assert.match(error.logTail, /uvicorn|art_server/);
+      return true;
+    });
+    backend = await retry(() => LocalBackend.start({ dataDir, baseModel: "builtin:tiny", engine: "hf", device: "cpu" }), { attempts: 3 });
+    const info = await model.register(backend);
+    assert.equal(info.resumed, true);
+    assert.equal(info.step, before);
+  });
+});
