@@ -12,4 +12,6 @@ export * from "./model";
 export * from "./trajectory";
 export * from "./gather";
 export * from "./history";
+export * from "./ruler";
+export * from "./hub";
 export { LoraConfig, TrainConfig, SftConfig, TrainLine, HistoryRow, ModelInfo, ReadyLine } from "./wire";

@@ -25,6 +25,8 @@ export interface LocalBackendOptions {
   startupTimeoutMs?: number;
   /** The project root holding `.venv` (default: found from this file). */
   projectRoot?: string;
+  /** Extra environment for the server (e.g. `HF_HUB_CACHE`). */
+  env?: Record<string, string>;
 }
 
 interface RunningServer {
@@ -81,7 +83,7 @@ export class LocalBackend extends RemoteBackend {
     const { execa } = await import("execa");
     const child = execa(python, args, {
       stdout: "pipe", stderr: { file: logFile }, stdin: "ignore", reject: false, cleanup: true,
-      env: { PYTHONUNBUFFERED: "1" },
+      env: { PYTHONUNBUFFERED: "1", ...(options.env ?? {}) },
     });
     const exited = child.then((r) => ({ exitCode: r.exitCode, signal: r.signal }));
     const ready = await new Promise<ReadyLine>((resolve, reject) => {

@@ -10,9 +10,14 @@ import {
   BadTrajectoryError,
   gatherTrajectoryGroups,
   LocalBackend,
+  judgeMessages,
+  judgeRetryMessage,
+  downloadFromHub,
   plotHistory,
+  pushToHub,
   RemoteBackend,
   retry,
+  rulerScoreGroup,
   ServerCrashedError,
   TrainableModel,
   Trajectory,
@@ -20,6 +25,7 @@ import {
   UnauthorizedError,
 } from "../../lib/index";
 import { randomBoard, rng, rollout } from "../../examples/toy-task";
+import { startHubStandIn } from "./hub-standin";
 
 describe("TrainableModel on a LocalBackend", () => {
   let dataDir: string;
@@ -91,6 +97,67 @@ describe("TrainableModel on a LocalBackend", () => {
       assert.equal(r.choices[0]?.message.content, a);
     }
     await assert.rejects(model.trainSft([{ messages: [{ role: "user", content: "x" }] }]), /conversation 0 has no assistant message/);
+  });
+
+  it("scores a group with a local judge, retrying once when it miscounts", async () => {
+    // A judge taught (by SFT, on this exact prompt) to miscount first and answer right when told.
+    const group = new TrajectoryGroup([
+      new Trajectory({ messagesAndChoices: [{ role: "user", content: "Play." }, { role: "assistant", content: "I won." }], reward: 0.2 }),
+      new Trajectory({ messagesAndChoices: [{ role: "user", content: "Play." }, { role: "assistant", content: "I lost." }], reward: 0.7 }),
+    ]);
+    const prompt = judgeMessages(group);
+    const wrong = '{"scores": [{"trajectory_id": "1", "explanation": "ok", "score": 1}]}';
+    const right = '{"scores": [{"trajectory_id": "1", "explanation": "won", "score": 1}, {"trajectory_id": "2", "explanation": "lost", "score": 0}]}';
+    const retryText = judgeRetryMessage("expected 2 scores with trajectory_id 1..2, got 1", 2);
+    const judge = new TrainableModel({ name: "judge", project: "client-tests", baseModel: "builtin:tiny" });
+    await judge.register(backend);
+    await judge.trainSft([
+      { messages: [...prompt, { role: "assistant", content: wrong }] },
+      { messages: [...prompt, { role: "assistant", content: wrong }, { role: "user", content: retryText }, { role: "assistant", content: right }] },
+    ], { learning_rate: 2e-2, epochs: 150, batch_size: 2, progress: false });
+    await rulerScoreGroup(group, { judge, maxTokens: 80 });
+    assert.deepEqual(group.trajectories.map((t) => t.reward), [1, 0]);
+    assert.deepEqual(group.trajectories.map((t) => t.metrics.independent_reward), [0.2, 0.7]);
+    assert.deepEqual(group.trajectories.map((t) => t.logs), [["judge: 1.000 won"], ["judge: 0.000 lost"]]);
+  });
+
+  it("pushes a step to a Hub stand-in as a PEFT adapter repo and downloads a base model the server then loads", async () => {
+    const hubApi = await import("@huggingface/hub");
+    const hub = await startHubStandIn("hf_test");
+    try {
+      const model = new TrainableModel({ name: "loop", project: "client-tests", baseModel: "builtin:tiny" });
+      const info = await model.register(backend);
+      const pushed = await pushToHub(model, { repo: "me/loop-adapter", token: "hf_test", hubUrl: hub.url });
+      assert.equal(pushed.step, info.step);
+      const repo = hub.repos.get("me/loop-adapter")!;
+      assert.deepEqual([...repo.files.keys()].sort(), ["README.md", "adapter_config.json", "adapter_model.safetensors"]);
+      const checkpoint = path.join(info.path, "checkpoints", String(info.step).padStart(4, "0"));
+      assert.ok(repo.files.get("adapter_model.safetensors")!.content.equals(fs.readFileSync(path.join(checkpoint, "adapter_model.safetensors"))));
+      const card = repo.files.get("README.md")!.content.toString();
+      assert.match(card, /base_model: builtin:tiny/);
+      assert.match(card, new RegExp(`step ${info.step}`));
+      await assert.rejects(pushToHub(model, { repo: "me/other", token: "wrong", hubUrl: hub.url }));
+
+      // A "base model" repository: the built-in tiny model's files, uploaded to the stand-in.
+      const builtin = path.join(dataDir, "builtin", "tiny-v1");
+      await hubApi.createRepo({ repo: "org/tiny", accessToken: "hf_test", hubUrl: hub.url });
+      await hubApi.uploadFiles({ repo: "org/tiny", accessToken: "hf_test", hubUrl: hub.url,
+        files: fs.readdirSync(builtin).map((f) => ({ path: f, content: new Blob([fs.readFileSync(path.join(builtin, f))]) })) });
+      const cacheDir = path.join(dataDir, "hf-cache");
+      const snapshot = await downloadFromHub("org/tiny", { cacheDir, hubUrl: hub.url, token: "hf_test" });
+      assert.ok(fs.existsSync(path.join(snapshot, "config.json")));
+      const other = await LocalBackend.start({ dataDir: path.join(dataDir, "second"), engine: "hf", device: "cpu", env: { HF_HUB_CACHE: cacheDir } });
+      try {
+        const fromHub = new TrainableModel({ name: "hubbed", project: "client-tests", baseModel: "org/tiny" });
+        await fromHub.register(other);
+        const r = await fromHub.openai().chat.completions.create({ model: "org/tiny", messages: [{ role: "user", content: "hi" }], max_tokens: 3 });
+        assert.ok(r.choices[0]?.message);
+      } finally {
+        await other.close();
+      }
+    } finally {
+      await hub.close();
+    }
   });
 
   it("validates before sending and names the trajectory at fault", async () => {

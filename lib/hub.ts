@@ -1,0 +1,115 @@
+/**
+ * Hugging Face Hub: push a trained step as a PEFT adapter repository (with a generated model
+ * card), and download a base model snapshot into the local cache the server loads from.
+ * Uses `@huggingface/hub`; `hubUrl` points it at another Hub-compatible server.
+ * @module
+ */
+import { ArtError } from "./errors";
+import type { TrainableModel } from "./model";
+import type { HistoryRow } from "./wire";
+
+/** Options of {@link pushToHub}. */
+export interface PushToHubOptions {
+  /** `user/name` or `org/name`. */
+  repo: string;
+  /** The step to push (default: the latest). */
+  step?: number;
+  /** A Hub token with write access (default `HF_TOKEN`). */
+  token?: string;
+  /** Another Hub endpoint (default https://huggingface.co). */
+  hubUrl?: string;
+  /** Create the repository as private (default true). */
+  private?: boolean;
+}
+
+/** The model card of a pushed adapter. */
+export function modelCard(model: TrainableModel, step: number, history: HistoryRow[]): string {
+  const rows = history.filter((r) => typeof r.reward === "number" && r.step < step);
+  const last = rows[rows.length - 1];
+  const lines = [
+    "---",
+    `base_model: ${model.baseModel}`,
+    "library_name: peft",
+    "tags: [lora, grpo, art-ts]",
+    "---",
+    "",
+    `# ${model.name} (step ${step})`,
+    "",
+    `A LoRA adapter for \`${model.baseModel}\`, trained with reinforcement learning (GRPO) by art-ts,`,
+    `project \`${model.project}\`, step ${step}.`,
+    "",
+    "## Use",
+    "",
+    "```python",
+    "from peft import PeftModel",
+    "from transformers import AutoModelForCausalLM",
+    "",
+    `base = AutoModelForCausalLM.from_pretrained(${JSON.stringify(model.baseModel)})`,
+    `model = PeftModel.from_pretrained(base, "<this repository>")`,
+    "```",
+    "",
+    "## Training",
+    "",
+    `- steps: ${step}`,
+    `- LoRA: ${JSON.stringify(model.lora ?? { r: 8, alpha: 16, dropout: 0 })}`,
+  ];
+  if (last) lines.push(`- last logged reward (${last.split}, step ${last.step}): ${(last.reward as number).toFixed(4)}`);
+  return `${lines.join("\n")}\n`;
+}
+
+/**
+ * Uploads checkpoint `step` of `model` (adapter_config.json, adapter_model.safetensors and a
+ * README.md model card) to a Hub repository, creating it when it does not exist. Returns the
+ * commit's URL.
+ */
+export async function pushToHub(model: TrainableModel, options: PushToHubOptions): Promise<{ repo: string; step: number; commitUrl: string | undefined }> {
+  const hub = await import("@huggingface/hub");
+  const accessToken = options.token ?? process.env.HF_TOKEN;
+  if (!accessToken) throw new ArtError("pushToHub needs a token with write access: pass { token } or set HF_TOKEN");
+  const step = options.step ?? (await model.getStep());
+  const backend = model.backend;
+  const files: Array<{ path: string; content: Blob }> = [];
+  for (const name of ["adapter_config.json", "adapter_model.safetensors"]) {
+    const response = await fetch(`${backend.url}/v1/art/models/${encodeURIComponent(model.name)}/checkpoints/${step}/files/${name}`, {
+      headers: { Authorization: `Bearer ${backend.token}` },
+    });
+    if (!response.ok) throw new ArtError(`cannot read ${name} of ${model.name}@${step} from the backend (${response.status}): ${await response.text()}`);
+    files.push({ path: name, content: new Blob([await response.arrayBuffer()]) });
+  }
+  files.push({ path: "README.md", content: new Blob([modelCard(model, step, await model.historyRows())]) });
+  try {
+    await hub.createRepo({ repo: options.repo, accessToken, hubUrl: options.hubUrl, private: options.private ?? true });
+  } catch (error) {
+    if (!/already exists|409|conflict/i.test(String((error as Error).message))) throw error;
+  }
+  const commit = await hub.uploadFiles({
+    repo: options.repo, accessToken, hubUrl: options.hubUrl, files,
+    commitTitle: `${model.name}@${step}: LoRA adapter trained with art-ts`,
+  });
+  return { repo: options.repo, step, commitUrl: commit?.commit?.url };
+}
+
+/** Options of {@link downloadFromHub}. */
+export interface DownloadFromHubOptions {
+  /** A branch, tag or commit (default "main"). */
+  revision?: string;
+  /** The cache folder (default: `HF_HUB_CACHE`, else `$HF_HOME/hub`, else `~/.cache/huggingface/hub`). */
+  cacheDir?: string;
+  /** A Hub token for private or gated repositories (default `HF_TOKEN`). */
+  token?: string;
+  /** Another Hub endpoint. */
+  hubUrl?: string;
+}
+
+/**
+ * Downloads a model repository (e.g. a base model) into the local Hugging Face cache, where a
+ * server on this machine finds it by its id; returns the snapshot folder.
+ */
+export async function downloadFromHub(repo: string, options: DownloadFromHubOptions = {}): Promise<string> {
+  const hub = await import("@huggingface/hub");
+  const token = options.token ?? process.env.HF_TOKEN;
+  return hub.snapshotDownload({
+    repo, revision: options.revision, hubUrl: options.hubUrl, ...(options.cacheDir ? { cacheDir: options.cacheDir } : {}),
+    ...(token ? { accessToken: token } : {}),
+  });
+}
