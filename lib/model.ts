@@ -11,6 +11,7 @@ import fs from "node:fs";
 import { historyFrame } from "./history";
 import { Trajectory, type MessageParam, type ToolParam, type TrajectoryGroup } from "./trajectory";
 import {
+  DeleteCheckpointsResult as DeleteCheckpointsResultSchema, type DeleteCheckpointsResult,
   HistoryRow as HistoryRowSchema, ModelInfo, SftConfig as SftConfigSchema, TrainConfig as TrainConfigSchema,
   type HistoryRow, type LoraConfig, type SftConfig, type TrainConfig, type TrainLine,
 } from "./wire";
@@ -225,11 +226,9 @@ export class TrainableModel implements ChatModel {
   }
 
   /** Deletes every checkpoint but the latest and the best by `keepBestBy` (`split/metric`, default `val/reward`). */
-  async deleteCheckpoints(options: { keepBestBy?: string } = {}): Promise<{ deleted: number[]; kept: number[]; best_step: number | null }> {
-    const { z } = await import("zod");
+  async deleteCheckpoints(options: { keepBestBy?: string } = {}): Promise<DeleteCheckpointsResult> {
     return this.backend.request("POST", `/v1/art/models/${encodeURIComponent(this.name)}/delete_checkpoints`,
-      z.object({ deleted: z.array(z.number()), kept: z.array(z.number()), best_step: z.number().nullable() }).passthrough(),
-      { keep_best_by: options.keepBestBy ?? "val/reward" });
+      DeleteCheckpointsResultSchema, { keep_best_by: options.keepBestBy ?? "val/reward" });
   }
 
   /** Stores groups (default split "val") and their metrics at the current step. */

@@ -145,3 +145,11 @@ export type TrainLine = z.infer<typeof TrainLine>;
 /** The metrics row a step or a log call appends to the history. */
 export const HistoryRow = z.object({ step: z.number().int(), split: z.string() }).catchall(z.unknown());
 export type HistoryRow = z.infer<typeof HistoryRow>;
+
+/** What deleting checkpoints did. */
+export const DeleteCheckpointsResult = z.object({
+  deleted: z.array(z.number().int()),
+  kept: z.array(z.number().int()),
+  best_step: z.number().int().nullable(),
+}).passthrough();
+export type DeleteCheckpointsResult = z.infer<typeof DeleteCheckpointsResult>;
