@@ -27,6 +27,7 @@ export const ErrorBody = z.object({
   }),
 });
 
+/** LoRA configuration of a trainable model. */
 export const LoraConfig = z.object({
   r: z.number().int().min(1).max(512).default(8),
   alpha: z.number().int().min(1).default(16),
@@ -74,6 +75,7 @@ export const SampledChoiceWire = z.object({
 });
 export type SampledChoiceWire = z.infer<typeof SampledChoiceWire>;
 
+/** A trajectory as the server takes it (see Trajectory.toWire). */
 export const TrajectoryWire = z.object({
   messages_and_choices: z.array(z.union([SampledChoiceWire, ChatMessage])).min(1),
   tools: z.array(z.unknown()).optional(),

@@ -10,6 +10,7 @@ import {
   BadTrajectoryError,
   gatherTrajectoryGroups,
   LocalBackend,
+  Model,
   judgeMessages,
   judgeRetryMessage,
   downloadFromHub,
@@ -82,6 +83,34 @@ describe("TrainableModel on a LocalBackend", () => {
     const reward = figure.data.find((t) => t.name === "train/reward");
     assert.ok(reward && (reward.y as number[]).length === steps);
     assert.ok(figure.data.some((t) => t.name === "train/loss" && t.yaxis === "y2"));
+  });
+
+  it("logs an evaluation split, and deleting checkpoints keeps the latest and the best", async () => {
+    const model = new TrainableModel({ name: "keeper", project: "client-tests", baseModel: "builtin:tiny" });
+    await model.register(backend);
+    for (const [k, valReward] of [0.2, 0.9, 0.4].entries()) {
+      const board = randomBoard(rng(k));
+      const group = new TrajectoryGroup(await Promise.all([0, 1].map((i) => rollout(model, board, i))));
+      for (const t of group.trajectories) t.reward = valReward;
+      const row = await model.log([group], { split: "val" });
+      assert.equal(row.reward, valReward);
+      group.trajectories[0]!.reward = 1;
+      group.trajectories[1]!.reward = 0;
+      await model.train([group], { learning_rate: 1e-3, progress: false });
+    }
+    const rows = await model.historyRows();
+    assert.deepEqual(rows.filter((r) => r.split === "val").map((r) => r.step), [0, 1, 2]);
+    const result = await model.deleteCheckpoints({ keepBestBy: "val/reward" });
+    assert.deepEqual({ deleted: result.deleted, kept: result.kept, best: result.best_step }, { deleted: [0, 2], kept: [1, 3], best: 1 });
+  });
+
+  it("runs the same rollout code against a plain OpenAI-compatible Model (a baseline)", async () => {
+    assert.equal(Model.fromEnv(), process.env.ART_BASELINE_MODEL ? Model.fromEnv() : null);
+    const baseline = new Model({ name: "builtin:tiny", baseURL: `${backend.url}/v1`, apiKey: backend.token });
+    const completion = await baseline.openai().chat.completions.create({
+      model: baseline.inferenceName(), messages: [{ role: "user", content: "Name an empty cell." }], max_tokens: 4,
+    });
+    assert.ok(typeof completion.choices[0]?.message.content === "string");
   });
 
   it("trains SFT from a JSONL file and then answers as taught", async () => {
