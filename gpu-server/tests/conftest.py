@@ -16,9 +16,6 @@ import pytest
 
 from art_server.models.builtin import builtin_path
 
-TESTS = Path(__file__).parent
-
-
 @dataclass
 class ServerProcess:
     url: str

@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -334,14 +333,3 @@ def merge_caches(a: Any, b: Any, width: int) -> Any:
         layer_a.keys = torch.cat([_left_pad(layer_a.keys, width, dim=-2), _left_pad(layer_b.keys, width, dim=-2)])
         layer_a.values = torch.cat([_left_pad(layer_a.values, width, dim=-2), _left_pad(layer_b.values, width, dim=-2)])
     return a
-
-
-def wait_idle(scheduler: BatchScheduler, timeout: float = 10.0) -> bool:
-    """Test helper: waits until nothing is pending or running."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        load = scheduler.load()
-        if not load["pending"] and not load["running"]:
-            return True
-        time.sleep(0.01)
-    return False

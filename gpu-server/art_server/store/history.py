@@ -44,8 +44,9 @@ def read_history(paths: ModelPaths) -> list[dict[str, Any]]:
 def drop_history_after(paths: ModelPaths, latest_step: int) -> int:
     """After a crash: forget rows about steps past the last complete checkpoint (their step was lost)."""
     rows = read_history(paths)
-    kept = [r for r in rows if not (r.get("trained_into_step", r.get("step", 0)) > latest_step)]
-    if len(kept) != len(rows) or (paths.history.exists() and len(read_jsonl(paths.history)) != len(paths.history.read_text().splitlines())):
+    kept = [r for r in rows if r.get("trained_into_step", r.get("step", 0)) <= latest_step]
+    lines = paths.history.read_text().splitlines() if paths.history.exists() else []
+    if len(kept) != len(lines):  # rows dropped, or a line cut short by the crash
         write_jsonl(paths.history, kept)
     return len(rows) - len(kept)
 

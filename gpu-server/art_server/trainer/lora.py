@@ -18,14 +18,10 @@ import torch
 TORCH_THREADS = torch.get_num_threads()
 
 
-class ModelHolder:
-    """Something with a replaceable `.model` (the hf engine's runner, or a trainer-owned holder)."""
-
-    model: Any
-    device: torch.device
-
-
 class LoraHost:
+    """LoRA slots on `holder.model`; the holder (the hf engine's runner, or the trainer's own copy
+    of the base model) has a replaceable `.model` and a `.device`."""
+
     def __init__(self, holder: Any, lock: threading.RLock | None = None):
         self.holder = holder
         self.lock = lock or threading.RLock()
