@@ -129,6 +129,7 @@ export class TrainableModel implements ChatModel {
   private backendRef: Backend | undefined;
   private client: OpenAI | undefined;
   private step = 0;
+  private warnedFlat = false;
 
   constructor(options: TrainableModelOptions) {
     this.name = options.name;
@@ -187,9 +188,12 @@ export class TrainableModel implements ChatModel {
     const { servePreviousDuringTraining, progress, onLine, ...config } = options;
     const wire = toWireGroups(groups, true);
     const flat = groups.filter((g) => g.hasZeroVariance()).length;
-    if (flat) {
+    // Always when no group can train; otherwise once, since a converging run has flat groups every step.
+    if (flat === groups.length || (flat && !this.warnedFlat)) {
+      this.warnedFlat = true;
       console.warn(`[art] ${flat} of ${groups.length} groups have the same reward for every trajectory: GRPO gets no gradient ` +
-        "from them. Make the reward tell rollouts apart (partial credit, more rollouts per group).");
+        "from them. Make the reward tell rollouts apart (partial credit, more rollouts per group)." +
+        (flat < groups.length ? " (Shown once; each step's metrics.groups_skipped_by_reason keeps counting.)" : ""));
     }
     return this.runStep("train", { groups: wire, config: TrainConfigSchema.parse(config),
       serve_previous_during_training: servePreviousDuringTraining ?? false }, progress ?? true, onLine);
