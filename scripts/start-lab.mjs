@@ -41,7 +41,7 @@ lab.stderr.on("data", (chunk) => {
     announced = true;
     // One machine-readable line for scripts and tests, then the URL for people.
     console.log(JSON.stringify({ event: "ready", url: match[1], token: values.token }));
-    console.log(`\nJupyterLab is running: ${match[1]}/lab?token=${values.token}\nOpen a notebook (e.g. tictactoe.ipynb), pick the kernel "TypeScript (art-ts)" if asked, and run all cells.\n`);
+    console.log(`\nJupyterLab is running: ${match[1]}/lab?token=${values.token}\nOpen a notebook from notebooks/, pick the kernel "TypeScript (art-ts)" if asked, and run all cells.\n`);
   }
 });
 lab.on("error", (error) => {
