@@ -4,6 +4,7 @@
  * @module
  */
 import OpenAI from "openai";
+import { z } from "zod";
 import type { Backend } from "./backend";
 import { ProgressLine } from "./display";
 import { BadTrajectoryError, ModelNotRegisteredError } from "./errors";
@@ -224,7 +225,6 @@ export class TrainableModel implements ChatModel {
 
   /** The metrics history as plain rows. */
   async historyRows(): Promise<HistoryRow[]> {
-    const { z } = await import("zod");
     const body = await this.backend.request("GET", `/v1/art/models/${encodeURIComponent(this.name)}/history`, z.object({ rows: z.array(HistoryRowSchema) }));
     return body.rows;
   }
@@ -237,7 +237,6 @@ export class TrainableModel implements ChatModel {
 
   /** Stores groups (default split "val") and their metrics at the current step. */
   async log(groups: TrajectoryGroup[], options: { split?: string } = {}): Promise<Record<string, unknown>> {
-    const { z } = await import("zod");
     return this.backend.request("POST", `/v1/art/models/${encodeURIComponent(this.name)}/log`, z.record(z.string(), z.unknown()),
       { split: options.split ?? "val", groups: toWireGroups(groups, false) });
   }

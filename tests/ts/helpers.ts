@@ -1,16 +1,21 @@
-// Shared by the TypeScript tests: project paths and a headless Chromium launch.
-import fs from "node:fs";
-import path from "node:path";
+// Shared by the TypeScript tests: project paths and a headless Chromium launch, taken from the
+// scripts' own module (scripts/project.mjs) so tests and set-up agree on both.
 import type { Browser, BrowserType } from "playwright-core";
 
-export const ROOT = path.resolve(__dirname, "..", "..");
-export const VENV_BIN = path.join(ROOT, ".venv", "bin");
-export const ARTIFACTS = path.join(ROOT, ".artifacts");
+interface ProjectModule {
+  ROOT: string;
+  VENV_BIN: string;
+  ARTIFACTS: string;
+  findChromium(): string | null;
+}
+// Node >= 20.19 can require() an ES module without top-level await.
+const project = require("../../scripts/project.mjs") as ProjectModule;
+
+export const { ROOT, VENV_BIN, ARTIFACTS } = project;
 
 /** Debian's chromium (or ART_CHROMIUM); setup installs it for `npm test`. */
 export function chromiumPath(): string {
-  const found = [process.env.ART_CHROMIUM, "/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"]
-    .find((p): p is string => !!p && fs.existsSync(p));
+  const found = project.findChromium();
   if (!found) throw new Error("chromium not found: run `node scripts/setup.mjs --browser` or set ART_CHROMIUM");
   return found;
 }

@@ -11,7 +11,7 @@ import orjson
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, StreamingResponse
 
-from ..models.manager import BaseModelConflict, ModelManager, ModelNotFound
+from ..models.manager import BaseModelConflict, ModelNotFound
 from ..models.names import NameError_, check_name
 from ..models.trainable import LoraSpec, RegistrationError
 from ..store import checkpoints as ckpt
@@ -20,17 +20,14 @@ from ..trainer.sft import SFTConfig
 from .auth import require_token
 from .errors import ApiError, error_body
 from .schemas import DeleteCheckpointsRequest, LogRequest, RegisterRequest, SFTRequest, TrainRequest
+from .serving import manager_of
 
 router = APIRouter(prefix="/v1/art/models", dependencies=[Depends(require_token)], tags=["training"])
 
 
-def _manager(request: Request) -> ModelManager:
-    return request.app.state.manager
-
-
 def _model(request: Request, name: str) -> Any:
     try:
-        return _manager(request).training.get(name)
+        return manager_of(request).training.get(name)
     except KeyError as error:
         raise ApiError(404, str(error.args[0]), "model_not_registered", "name") from None
 
@@ -65,7 +62,7 @@ async def register(body: RegisterRequest, request: Request) -> dict[str, Any]:
         raise ApiError(400, str(error), "invalid_value", "name") from None
     lora = LoraSpec(**body.lora.model_dump()) if body.lora else None
     try:
-        return await _manager(request).training.register(body.name, body.project, body.base_model, lora)
+        return await manager_of(request).training.register(body.name, body.project, body.base_model, lora)
     except ModelNotFound as error:
         raise ApiError(404, str(error), "model_not_found", "base_model") from None
     except (BaseModelConflict, RegistrationError) as error:
@@ -81,7 +78,7 @@ async def get_model(name: str, request: Request) -> dict[str, Any]:
 async def train(name: str, body: TrainRequest, request: Request) -> StreamingResponse:
     _model(request, name)
     config = GRPOConfig(**body.config.model_dump())
-    return await _stream(_manager(request).training.train(name, _dump_groups(body.groups), config,
+    return await _stream(manager_of(request).training.train(name, _dump_groups(body.groups), config,
                                                           body.serve_previous_during_training))
 
 
@@ -89,7 +86,7 @@ async def train(name: str, body: TrainRequest, request: Request) -> StreamingRes
 async def train_sft(name: str, body: SFTRequest, request: Request) -> StreamingResponse:
     _model(request, name)
     conversations = [c.model_dump(mode="json", exclude_none=True) for c in body.conversations]
-    return await _stream(_manager(request).training.train_sft(name, conversations, SFTConfig(**body.config.model_dump())))
+    return await _stream(manager_of(request).training.train_sft(name, conversations, SFTConfig(**body.config.model_dump())))
 
 
 @router.post("/{name}/log", summary="Store trajectory groups (e.g. split 'val') and their metrics at the current step")
@@ -99,25 +96,25 @@ async def log_groups(name: str, body: LogRequest, request: Request) -> dict[str,
         check_name("split", body.split)
     except NameError_ as error:
         raise ApiError(400, str(error), "invalid_value", "split") from None
-    return await _manager(request).training.log(name, body.split, _dump_groups(body.groups))
+    return await manager_of(request).training.log(name, body.split, _dump_groups(body.groups))
 
 
 @router.get("/{name}/history", summary="Metrics rows: one per step and split")
 async def history(name: str, request: Request) -> dict[str, Any]:
     _model(request, name)
-    return {"rows": _manager(request).training.history(name)}
+    return {"rows": manager_of(request).training.history(name)}
 
 
 @router.get("/{name}/checkpoints", summary="Complete checkpoints, oldest first")
 async def checkpoints(name: str, request: Request) -> dict[str, Any]:
     _model(request, name)
-    return {"checkpoints": _manager(request).training.checkpoints(name)}
+    return {"checkpoints": manager_of(request).training.checkpoints(name)}
 
 
 @router.post("/{name}/delete_checkpoints", summary="Delete all checkpoints but the latest and the best by a metric")
 async def delete_checkpoints(name: str, body: DeleteCheckpointsRequest, request: Request) -> dict[str, Any]:
     _model(request, name)
-    return await _manager(request).training.delete_checkpoints(name, body.keep_best_by)
+    return await manager_of(request).training.delete_checkpoints(name, body.keep_best_by)
 
 
 @router.get("/{name}/checkpoints/{step}/files/{filename}", summary="A file of a checkpoint's PEFT adapter folder")
@@ -125,7 +122,7 @@ async def checkpoint_file(name: str, step: int, filename: str, request: Request)
     _model(request, name)
     if filename not in ("adapter_config.json", ckpt.ADAPTER_WEIGHTS):
         raise ApiError(404, f"checkpoints expose adapter_config.json and {ckpt.ADAPTER_WEIGHTS}", "not_found", "filename")
-    path = _manager(request).training.checkpoint_path(name, step)
+    path = manager_of(request).training.checkpoint_path(name, step)
     if path is None:
         raise ApiError(404, f"model {name!r} has no complete checkpoint {step}", "model_not_found", "step")
     return FileResponse(path / filename)
