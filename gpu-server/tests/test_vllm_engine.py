@@ -147,3 +147,9 @@ def test_training_with_the_vllm_engine_sleeps_trains_wakes_and_loads_the_new_ada
     assert paths[sleep_at + 1] == "/wake_up"
     loads = [x["body"]["lora_name"] for x in calls(vllm_server.standin_log) if x["path"] == "/v1/load_lora_adapter"]
     assert loads[-1] == "vl@1" and paths.index("/wake_up") < len(paths) - 1
+
+
+def test_the_api_key_reaches_vllm_as_one_argument_even_when_it_starts_with_a_dash(tmp_path):
+    config = ServerConfig(data_dir=tmp_path)
+    cmd = VLLMEngine.command(config, "builtin:tiny", tmp_path, 8000, "-starts-with-a-dash")
+    assert "--api-key=-starts-with-a-dash" in cmd

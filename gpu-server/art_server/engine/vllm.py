@@ -4,7 +4,7 @@ Built against vLLM's documented HTTP API and CLI (targets vLLM 0.10.2 and later,
 `return_token_ids` and `--logprobs-mode` exist):
 
 - start: `vllm serve <model dir> --served-model-name <base> --enable-lora --max-lora-rank R
-  --enable-sleep-mode --logprobs-mode processed_logprobs --api-key K --host 127.0.0.1 --port P`,
+  --enable-sleep-mode --logprobs-mode processed_logprobs --api-key=K --host 127.0.0.1 --port P`,
   with `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` (runtime LoRA endpoints) and
   `VLLM_SERVER_DEV_MODE=1` (the /sleep and /wake_up endpoints);
 - requests: forwarded to `/v1/chat/completions` with `return_token_ids: true` and `logprobs: true`,
@@ -72,7 +72,7 @@ class VLLMEngine(Engine):
             *shlex.split(config.vllm_command), "serve", str(path),
             "--served-model-name", base_model,
             "--host", "127.0.0.1", "--port", str(port),
-            "--api-key", api_key,
+            f"--api-key={api_key}",  # one argv item: argparse would take a key starting with "-" for a flag
             "--enable-lora", "--max-lora-rank", str(config.vllm_max_lora_rank), "--max-loras", "4",
             "--enable-sleep-mode",
             "--logprobs-mode", "processed_logprobs",
@@ -83,7 +83,7 @@ class VLLMEngine(Engine):
     @classmethod
     async def start(cls, config: ServerConfig, base_model: str, path: Path) -> VLLMEngine:
         port = free_port()
-        api_key = secrets.token_urlsafe(16)
+        api_key = secrets.token_hex(16)
         cmd = cls.command(config, base_model, path, port, api_key)
         env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_SERVER_DEV_MODE": "1"}
         log.info("starting vLLM: %s", " ".join(shlex.quote(c) for c in cmd))
