@@ -1,20 +1,10 @@
 // The toy task of the quickstart and the client tests: "name an empty cell" of a tic-tac-toe
 // board. Reward 1 when the answer names a cell that is empty, else 0.
-import { type TrainableModel, Trajectory } from "../lib/index";
+import { rng, type TrainableModel, Trajectory } from "../lib/index";
+
+export { rng };
 
 export const CELLS = ["A1", "A2", "A3", "B1", "B2", "B3", "C1", "C2", "C3"];
-
-/** A deterministic pseudo-random generator (mulberry32), so runs repeat. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 export function randomBoard(random: () => number): Record<string, string> {
   return Object.fromEntries(CELLS.map((c) => [c, random() < 0.3 ? (random() < 0.5 ? "X" : "O") : "."]));

@@ -92,7 +92,7 @@ function plotlyLibraryScript(): string {
 
 /**
  * The `text/html` fallback of a figure: a div and a script that draws into it once plotly.js is
- * loaded. plotly.js itself (~4.8 MB) is embedded in the first figure of a kernel session only.
+ * loaded; with `embedLibrary`, plotly.js itself (~4.8 MB) comes first (standalone pages).
  */
 export function plotlyHtml(figure: PlotlyFigure, divId: string, embedLibrary: boolean): string {
   const height = typeof figure.layout?.height === "number" ? figure.layout.height : 420;
@@ -124,13 +124,17 @@ export function showPlotly(figure: PlotlyFigure, handle: DisplayHandle = new Dis
     console.log(plotlyText(figure));
     return;
   }
-  const embed = !plotlyEmbedded;
+  // plotly.js goes into an output of its own, once per kernel session: a chart redrawn in place
+  // during training then sends a few KB per update, and the library stays in the saved notebook.
+  if (!plotlyEmbedded) {
+    new DisplayHandle().show({ "text/html": plotlyLibraryScript(), "text/plain": "" });
+    plotlyEmbedded = true;
+  }
   handle.show({
     [PLOTLY_MIME]: { data: figure.data, layout: figure.layout ?? {}, config: figure.config ?? {} },
-    "text/html": plotlyHtml(figure, `${handle.id}-${Date.now().toString(36)}`, embed),
+    "text/html": plotlyHtml(figure, `${handle.id}-${Date.now().toString(36)}`, false),
     "text/plain": plotlyText(figure),
   });
-  plotlyEmbedded = true;
 }
 
 // ---------------------------------------------------------------------------------------------

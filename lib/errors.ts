@@ -45,3 +45,6 @@ export class ServerCrashedError extends ArtError {
     super(message);
   }
 }
+
+/** The environment or options name something that cannot work (e.g. a URL without its token). */
+export class ConfigurationError extends ArtError {}

@@ -131,6 +131,8 @@ export class TrainableModel implements ChatModel {
   private client: OpenAI | undefined;
   private step = 0;
   private warnedFlat = false;
+  private warnedAllFlat = false;
+  private readonly serverWarnings = new Set<string>();
 
   constructor(options: TrainableModelOptions) {
     this.name = options.name;
@@ -189,12 +191,15 @@ export class TrainableModel implements ChatModel {
     const { servePreviousDuringTraining, progress, onLine, ...config } = options;
     const wire = toWireGroups(groups, true);
     const flat = groups.filter((g) => g.hasZeroVariance()).length;
-    // Always when no group can train; otherwise once, since a converging run has flat groups every step.
-    if (flat === groups.length || (flat && !this.warnedFlat)) {
+    // Each kind of flat-group warning is shown once per model: a converging (or stuck) run has flat
+    // groups step after step, and each step's metrics.groups_skipped_by_reason keeps counting them.
+    const allFlat = flat === groups.length;
+    if ((flat && !this.warnedFlat) || (allFlat && !this.warnedAllFlat)) {
       this.warnedFlat = true;
+      this.warnedAllFlat ||= allFlat;
       console.warn(`[art] ${flat} of ${groups.length} groups have the same reward for every trajectory: GRPO gets no gradient ` +
-        "from them. Make the reward tell rollouts apart (partial credit, more rollouts per group)." +
-        (flat < groups.length ? " (Shown once; each step's metrics.groups_skipped_by_reason keeps counting.)" : ""));
+        "from them. Make the reward tell rollouts apart (partial credit, more rollouts per group). " +
+        "(Shown once; each step's metrics.groups_skipped_by_reason keeps counting.)");
     }
     return this.runStep("train", { groups: wire, config: TrainConfigSchema.parse(config),
       serve_previous_during_training: servePreviousDuringTraining ?? false }, progress ?? true, onLine);
@@ -248,7 +253,9 @@ export class TrainableModel implements ChatModel {
       if (line.type === "progress") {
         bar?.update({ done: line.gradient_step, total: line.gradient_steps, detail: `loss ${line.loss.toFixed(4)} · grad ${line.grad_norm.toFixed(3)}` });
       } else if (line.type === "warning") {
-        console.warn(`[art] ${line.message}`);
+        // A warning repeated step after step (e.g. "nothing to train") is shown once per model.
+        if (!this.serverWarnings.has(line.message)) console.warn(`[art] ${line.message}`);
+        this.serverWarnings.add(line.message);
       }
       onLine?.(line);
     });

@@ -2,7 +2,8 @@
 // Sets up everything the project needs, skipping what is already done:
 //   1. Node >= 20,                     4. the gpu-server package and Jupyter in .venv (pip),
 //   2. node_modules from package-lock,  5. the project's tslab kernel registered into .venv,
-//   3. a Python >= 3.10 venv at .venv,  6. (--browser) Debian's chromium for the browser tests.
+//   3. a Python >= 3.10 venv at .venv,  6. (--browser) Debian's chromium for the browser tests,
+//   7. (best effort) Debian's word list for the codenames notebook.
 // Each step prints what it does; a failing step says which one failed and how to fix it.
 // Only Node built-ins are used here: this script runs before `npm ci`.
 import { spawnSync } from "node:child_process";
@@ -183,6 +184,21 @@ function ensureChromium() {
   }
 }
 
+// 7. (best effort) Debian's English word list for codenames.ipynb's clue check. The notebook falls
+// back to notebooks/data/dictionary-fallback.txt, so a missing list is a note, never a failure.
+function ensureDictionary() {
+  if (fs.existsSync("/usr/share/dict/words")) return log("dictionary /usr/share/dict/words present");
+  const isRoot = process.getuid?.() === 0;
+  if (isRoot && run("sh", ["-c", "command -v apt-get"]).status === 0) {
+    const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
+    if (run("apt-get", ["install", "-y", "-q", "wamerican"], { env }).status === 0 ||
+      (run("apt-get", ["update", "-q"], { env }).status === 0 && run("apt-get", ["install", "-y", "-q", "wamerican"], { env }).status === 0)) {
+      return log("installed wamerican (/usr/share/dict/words)");
+    }
+  }
+  log("no /usr/share/dict/words (apt-get install wamerican adds it); codenames.ipynb uses its shipped fallback word list");
+}
+
 function main() {
   const steps = [
     ["node", checkNode],
@@ -191,6 +207,7 @@ function main() {
     ["pip", installPythonPackages],
     ["kernel", registerKernel],
     ...(wantBrowser ? [["chromium", ensureChromium]] : []),
+    ["dictionary", ensureDictionary],
   ];
   try {
     for (const [, step] of steps) step();

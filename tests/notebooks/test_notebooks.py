@@ -110,3 +110,41 @@ def test_kernel_resolves_lib_from_the_project_root() -> None:
     nb = execute(ROOT / "tests" / "notebooks" / "kernel-check.ipynb")
     streams = "".join(o.get("text", "") for o in outputs_of(nb) if o.get("output_type") == "stream")
     assert str(ROOT) in streams, "the kernel did not start in the project root"
+
+
+COOKBOOK = ["tictactoe.ipynb", "2048.ipynb", "codenames.ipynb", "sft-then-rl.ipynb"]
+
+
+def plotly_traces(nb: nbformat.NotebookNode) -> list[str]:
+    """The names of every plotted trace, from each output's plotly bundle (the last state of a chart
+    redrawn in place is what the saved notebook holds)."""
+    return [trace.get("name", "") for o in outputs_of(nb)
+            for trace in o.get("data", {}).get("application/vnd.plotly.v1+json", {}).get("data", [])]
+
+
+@pytest.mark.parametrize("name", COOKBOOK)
+def test_cookbook_notebook_exists_and_holds_the_reward_plot(name: str) -> None:
+    source = ROOT / "notebooks" / name
+    assert source.exists(), f"notebooks/{name} is missing"
+    nb = execute(source)
+    traces = plotly_traces(nb)
+    assert any(t.endswith("reward") for t in traces), f"{name}: no reward trace in its plots ({traces})"
+    text = "".join(c.source for c in nb.cells)
+    assert "notebookParams(" in text and "ART_SMOKE" in text, f"{name}: no parameters cell"
+    assert "tweak this cell" in text, f"{name}: no marked reward cell"
+    assert "On a GPU" in text, f"{name}: no GPU section"
+    streams = "".join(o.get("text", "") for o in outputs_of(nb) if o.get("output_type") == "stream" and o.get("name") == "stderr")
+    assert "Error" not in streams, f"{name}: a cell wrote an error:\n{streams[-2000:]}"
+
+
+def test_committed_cookbook_notebooks_have_no_outputs() -> None:
+    for name in COOKBOOK:
+        nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+        dirty = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or c.execution_count)]
+        assert not dirty, f"notebooks/{name}: cells {dirty} carry outputs; full runs go to notebooks/results/"
+
+
+def test_sft_then_rl_draws_both_phases_and_rl_alone_on_one_curve() -> None:
+    nb = execute(ROOT / "notebooks" / "sft-then-rl.ipynb")
+    traces = plotly_traces(nb)
+    assert "SFT then RL/reward" in traces and "RL alone/reward" in traces, traces

@@ -1,5 +1,8 @@
 // Shared by the TypeScript tests: project paths and a headless Chromium launch, taken from the
 // scripts' own module (scripts/project.mjs) so tests and set-up agree on both.
+import { spawn } from "node:child_process";
+import path from "node:path";
+import readline from "node:readline";
 import type { Browser, BrowserType } from "playwright-core";
 
 interface ProjectModule {
@@ -28,4 +31,36 @@ export async function launchChromium(type: BrowserType): Promise<Browser> {
     args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
       "--disable-component-update", "--disable-sync"],
   });
+}
+
+/** JupyterLab started by `npm start`'s own command (scripts/start-lab.mjs), once it is ready. */
+export interface RunningLab {
+  url: string;
+  token: string;
+  stop(): void;
+}
+
+/** Starts scripts/start-lab.mjs with `args` (and extra environment) and waits for its ready line. */
+export async function startLab(args: string[], env: Record<string, string> = {}): Promise<RunningLab> {
+  const lab = spawn(process.execPath, [path.join(ROOT, "scripts", "start-lab.mjs"), ...args], {
+    cwd: ROOT, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env },
+  });
+  let stderr = "";
+  lab.stderr.on("data", (c) => (stderr += c));
+  try {
+    const ready = await new Promise<{ url: string; token: string }>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`JupyterLab did not start in 60 s:\n${stderr}`)), 60_000);
+      readline.createInterface({ input: lab.stdout }).on("line", (line) => {
+        if (line.startsWith("{")) {
+          clearTimeout(timer);
+          resolve(JSON.parse(line));
+        }
+      });
+      lab.on("exit", (code) => reject(new Error(`JupyterLab exited with ${code}:\n${stderr}`)));
+    });
+    return { ...ready, stop: () => lab.kill("SIGTERM") };
+  } catch (error) {
+    lab.kill("SIGTERM");
+    throw error;
+  }
 }

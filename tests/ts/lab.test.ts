@@ -1,11 +1,9 @@
 // `npm start`'s command: JupyterLab from .venv on 127.0.0.1, notebooks/ as its root, the project
 // kernel registered with absolute paths, and a ready line with the URL and token.
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import path from "node:path";
-import readline from "node:readline";
 import { describe, it } from "node:test";
-import { ROOT } from "./helpers";
+import { ROOT, startLab } from "./helpers";
 
 interface KernelSpecs {
   default: string;
@@ -14,22 +12,8 @@ interface KernelSpecs {
 
 describe("npm start (scripts/start-lab.mjs)", () => {
   it("serves JupyterLab on loopback with the project kernel and notebooks/ as root", async () => {
-    const lab = spawn(process.execPath, [path.join(ROOT, "scripts", "start-lab.mjs"), "--port", "0", "--token", "test-token"], {
-      cwd: ROOT, stdio: ["ignore", "pipe", "pipe"],
-    });
-    let stderr = "";
-    lab.stderr.on("data", (c) => (stderr += c));
+    const ready = await startLab(["--port", "0", "--token", "test-token"]);
     try {
-      const ready = await new Promise<{ url: string; token: string }>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`JupyterLab did not start in 60 s:\n${stderr}`)), 60_000);
-        readline.createInterface({ input: lab.stdout }).on("line", (line) => {
-          if (line.startsWith("{")) {
-            clearTimeout(timer);
-            resolve(JSON.parse(line));
-          }
-        });
-        lab.on("exit", (code) => reject(new Error(`JupyterLab exited with ${code}:\n${stderr}`)));
-      });
       assert.match(ready.url, /^http:\/\/127\.0\.0\.1:\d+$/);
       const headers = { Authorization: `token ${ready.token}` };
 
@@ -48,7 +32,7 @@ describe("npm start (scripts/start-lab.mjs)", () => {
       const contents = (await (await fetch(`${ready.url}/api/contents`, { headers })).json()) as { content: Array<{ name: string }> };
       assert.ok(contents.content.some((e) => e.name === "README.md"), "the root is not notebooks/");
     } finally {
-      lab.kill("SIGTERM");
+      ready.stop();
     }
   });
 });

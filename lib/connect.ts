@@ -1,0 +1,41 @@
+/**
+ * One call that gives a notebook its backend: the gpu-server named by `ART_SERVER_URL` (and
+ * `ART_SERVER_TOKEN`) when set, e.g. a GPU box driven from a laptop; otherwise a local server
+ * started on a fresh data dir, so every run starts at step 0 with the same LoRA initialisation.
+ * @module
+ */
+import fs from "node:fs";
+import path from "node:path";
+import { type Backend, RemoteBackend } from "./backend";
+import { ConfigurationError } from "./errors";
+import { LocalBackend, type LocalBackendOptions } from "./local-backend";
+
+/** Options of {@link connectBackend}. */
+export interface ConnectOptions {
+  /** Names the run's data dir: `<root>/.art/runs/<run>-<time>/`. */
+  run: string;
+  /** Preload this base model on a local server. */
+  baseModel?: string;
+  /** `auto`, `hf` or `vllm` (local server only). */
+  engine?: LocalBackendOptions["engine"];
+  /** A data dir to use instead of a fresh one (e.g. to continue a run). */
+  dataDir?: string;
+  /** Read `ART_SERVER_URL` / `ART_SERVER_TOKEN` from here (default `process.env`). */
+  env?: NodeJS.ProcessEnv;
+}
+
+/** A backend for a notebook run; say where it is with `describe`. */
+export async function connectBackend(options: ConnectOptions): Promise<Backend & { describe: string }> {
+  const env = options.env ?? process.env;
+  const url = env.ART_SERVER_URL;
+  if (url) {
+    const token = env.ART_SERVER_TOKEN;
+    if (!token) throw new ConfigurationError("ART_SERVER_URL is set but ART_SERVER_TOKEN is not: set it to the server's --token");
+    return Object.assign(new RemoteBackend({ url, token }), { describe: `remote gpu-server at ${url}` });
+  }
+  const stamp = new Date().toISOString().replace(/[-:]/g, "").replace(/\..*/, "");
+  const dataDir = options.dataDir || path.resolve(__dirname, "..", ".art", "runs", `${options.run}-${stamp}`);
+  fs.mkdirSync(dataDir, { recursive: true });
+  const backend = await LocalBackend.start({ dataDir, baseModel: options.baseModel, engine: options.engine });
+  return Object.assign(backend, { describe: `local gpu-server (pid ${backend.pid ?? "reused"}) on ${dataDir}` });
+}

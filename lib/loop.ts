@@ -1,0 +1,78 @@
+/**
+ * The training loop every cookbook notebook runs: gather groups of rollouts, train one GRPO step
+ * on them, evaluate now and then, and redraw the reward curve in place.
+ * @module
+ */
+import { DisplayHandle, ProgressLine } from "./display";
+import { gatherTrajectoryGroups } from "./gather";
+import { plotHistory } from "./history";
+import type { TrainableModel, TrainOptions } from "./model";
+import type { TrajectoryGroup } from "./trajectory";
+import type { HistoryRow } from "./wire";
+
+/** Options of {@link trainLoop}. */
+export interface TrainLoopOptions {
+  model: TrainableModel;
+  /** Training steps to run (from the model's current step). */
+  steps: number;
+  /** The groups of one step: each group's rollouts share a scenario, so GRPO can compare them. */
+  groups: (step: number) => TrajectoryGroup[];
+  /** GRPO settings (learning rate, ...) passed to `model.train`. */
+  train?: Omit<TrainOptions, "progress">;
+  /** Every `every` steps (and after the last), run `groups()` and log them as split `val`. */
+  evaluate?: { every: number; groups: () => TrajectoryGroup[] };
+  /** Metrics drawn on the live chart (default `["reward"]`). */
+  metrics?: string[];
+  /** Rollouts running at once (default 64). */
+  concurrency?: number;
+  /** A chart to redraw (default: a new one below the cell). */
+  chart?: DisplayHandle;
+}
+
+/** What a loop did: the history rows at its end, wall time, and the chart it drew. */
+export interface TrainLoopResult {
+  history: HistoryRow[];
+  seconds: number;
+  chart: DisplayHandle;
+}
+
+const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : Number.NaN);
+
+/**
+ * Runs `steps` GRPO steps. A progress line shows the step, its mean reward and the last
+ * evaluation; the chart of `metrics` per step (train and val lines) is redrawn after every step.
+ */
+export async function trainLoop(options: TrainLoopOptions): Promise<TrainLoopResult> {
+  const { model, steps } = options;
+  const chart = options.chart ?? new DisplayHandle();
+  const metrics = options.metrics ?? ["reward"];
+  const progress = new ProgressLine(`training ${model.name}`, { logIntervalMs: 10_000 });
+  const started = Date.now();
+  const first = await model.getStep();
+  let lastVal = "";
+  const runEval = async () => {
+    const groups = await gatherTrajectoryGroups(options.evaluate!.groups(), { concurrency: options.concurrency ?? 64, progress: false });
+    const row = await model.log(groups, { split: "val" });
+    lastVal = ` · val reward ${Number(row.reward).toFixed(3)}`;
+  };
+  if (options.evaluate && first === 0) await runEval();
+  let history: HistoryRow[] = [];
+  for (let i = 0; i < steps; i++) {
+    const step = first + i;
+    const groups = await gatherTrajectoryGroups(options.groups(step), { concurrency: options.concurrency ?? 64, progress: false });
+    const reward = mean(groups.flatMap((g) => g.trajectories.map((t) => t.reward)));
+    // A role that never got to act in a game (e.g. an operative whose spymaster broke the rules)
+    // has a trajectory without sampled tokens: there is nothing to train on it, so it is left out.
+    for (const group of groups) group.trajectories = group.trajectories.filter((t) => t.choices().length > 0);
+    const trainable = groups.filter((g) => g.trajectories.length > 0);
+    if (trainable.length) await model.train(trainable, { ...options.train, progress: false });
+    if (options.evaluate && ((i + 1) % options.evaluate.every === 0 || i === steps - 1)) await runEval();
+    history = await model.historyRows();
+    plotHistory(history, metrics, chart);
+    const seconds = (Date.now() - started) / 1000;
+    progress.update({ done: i + 1, total: steps, detail: `step ${step + 1} · reward ${reward.toFixed(3)}${lastVal} · ${seconds.toFixed(0)} s` });
+  }
+  const seconds = (Date.now() - started) / 1000;
+  progress.finish({ done: steps, total: steps, detail: `${lastVal.slice(3)} · ${seconds.toFixed(0)} s` });
+  return { history, seconds, chart };
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env node
+// `npm run cookbook`: runs each cookbook notebook with its full default parameters (no ART_SMOKE)
+// and writes the executed copy and an HTML export to notebooks/results/. This is how the committed
+// results were made; pass names to run only some: `npm run cookbook -- tictactoe 2048`.
+import { spawnSync } from "node:child_process";
+import fs from "node:fs";
+import path from "node:path";
+import { ROOT, VENV_BIN, venvEnv } from "./project.mjs";
+
+const ALL = ["tictactoe", "2048", "codenames", "sft-then-rl"];
+const STRIP_PLOTLY_LIBRARY = `
+import sys, nbformat
+nb = nbformat.read(sys.argv[1], as_version=4)
+for cell in nb.cells:
+    if cell.cell_type == "code":
+        cell.outputs = [o for o in cell.outputs if "window.define=undefined" not in o.get("data", {}).get("text/html", "")]
+nbformat.write(nb, sys.argv[1])
+`;
+const names = process.argv.slice(2).length ? process.argv.slice(2) : ALL;
+const unknown = names.filter((n) => !ALL.includes(n));
+if (unknown.length) {
+  console.error(`unknown notebook(s) ${unknown.join(", ")}; choose from ${ALL.join(", ")}`);
+  process.exit(2);
+}
+const outDir = path.join(ROOT, "notebooks", "results");
+fs.mkdirSync(outDir, { recursive: true });
+const env = { ...venvEnv() };
+delete env.ART_SMOKE;
+const jupyter = path.join(VENV_BIN, "jupyter");
+const rows = [];
+for (const name of names) {
+  const source = path.join(ROOT, "notebooks", `${name}.ipynb`);
+  const started = Date.now();
+  console.log(`[cookbook] ${name}: running with the default parameters ...`);
+  const run = spawnSync(jupyter, ["nbconvert", "--to", "notebook", "--execute", source, "--output-dir", outDir,
+    "--ExecutePreprocessor.timeout=3600", "--ExecutePreprocessor.kernel_name=art-typescript"], { cwd: ROOT, env, stdio: "inherit" });
+  if (run.status !== 0) {
+    console.error(`[cookbook] ${name} failed (exit ${run.status})`);
+    process.exit(1);
+  }
+  const executed = path.join(outDir, `${name}.ipynb`);
+  const html = spawnSync(jupyter, ["nbconvert", "--to", "html", executed, "--output-dir", outDir], { cwd: ROOT, env, stdio: "inherit" });
+  if (html.status !== 0) process.exit(1);
+  // The HTML export keeps plotly.js (it draws the charts there); the executed notebook drops its one
+  // inline copy (4.8 MB): JupyterLab draws the plotly bundle of each chart without it.
+  const strip = spawnSync(path.join(VENV_BIN, "python"), ["-c", STRIP_PLOTLY_LIBRARY, executed], { cwd: ROOT, env, stdio: "inherit" });
+  if (strip.status !== 0) process.exit(1);
+  rows.push(`${name}: ${((Date.now() - started) / 1000).toFixed(0)} s`);
+}
+console.log(`[cookbook] done: ${rows.join(", ")}; results in ${path.relative(ROOT, outDir)}/`);

@@ -1,0 +1,75 @@
+// The lib helpers the cookbook notebooks share: parameters with env overrides, tagged answers,
+// seeded randomness and evaluation summaries.
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+import { z } from "zod";
+import { envName, extractTag, notebookParams, ParameterError, parseTagged, randomChoice, randomInt, rng, shuffled, summarize, Trajectory } from "../../lib/index";
+
+describe("notebookParams", () => {
+  const defaults = { baseModel: "builtin:tiny", steps: 100, learningRate: 1e-2, fresh: true };
+  it("names variables ART_<SNAKE_CASE>", () => {
+    assert.equal(envName("learningRate"), "ART_LEARNING_RATE");
+    assert.equal(envName("baseModel"), "ART_BASE_MODEL");
+  });
+  it("takes defaults, then the smoke values, then environment variables parsed as the default's type", () => {
+    assert.deepEqual(notebookParams(defaults, { env: {}, show: false }), { ...defaults, smoke: false });
+    const smoke = notebookParams(defaults, { smoke: { steps: 3 }, env: { ART_SMOKE: "1" }, show: false });
+    assert.equal(smoke.steps, 3);
+    assert.equal(smoke.smoke, true);
+    const env = notebookParams(defaults, { smoke: { steps: 3 }, show: false,
+      env: { ART_SMOKE: "1", ART_STEPS: "7", ART_LEARNING_RATE: "3e-4", ART_FRESH: "false", ART_BASE_MODEL: "Qwen/Qwen2.5-1.5B-Instruct" } });
+    assert.deepEqual(env, { baseModel: "Qwen/Qwen2.5-1.5B-Instruct", steps: 7, learningRate: 3e-4, fresh: false, smoke: true });
+  });
+  it("rejects a value that does not parse, naming the variable", () => {
+    assert.throws(() => notebookParams(defaults, { env: { ART_STEPS: "many" }, show: false }), (e: Error) =>
+      e instanceof ParameterError && e.message.includes("ART_STEPS") && e.message.includes("not a number"));
+    assert.throws(() => notebookParams(defaults, { env: { ART_FRESH: "maybe" }, show: false }), /ART_FRESH.*boolean/);
+  });
+});
+
+describe("parseTagged", () => {
+  const Cell = z.enum(["A1", "B2"]);
+  it("reads the first tag and checks it with the schema", () => {
+    assert.deepEqual(parseTagged("I play <move> B2 </move> then <move>A1</move>", "move", Cell), { ok: true, value: "B2", raw: "B2" });
+    assert.equal(extractTag("<move>B2", "move"), null);
+  });
+  it("says whether the tag is missing or its content invalid", () => {
+    const missing = parseTagged("B2", "move", Cell);
+    assert.equal(missing.ok, false);
+    assert.equal(!missing.ok && missing.reason, "missing");
+    const invalid = parseTagged("<move>D4</move>", "move", Cell);
+    assert.equal(!invalid.ok && invalid.reason, "invalid");
+    assert.match(!invalid.ok ? invalid.message : "", /<move>D4<\/move> is not valid/);
+    assert.deepEqual(parseTagged("<move>2</move>", "move", z.coerce.number().int().max(3)), { ok: true, value: 2, raw: "2" });
+  });
+});
+
+describe("seeded randomness", () => {
+  it("repeats for a seed and differs across seeds", () => {
+    const a = rng(42), b = rng(42), c = rng(43);
+    const xs = [a(), a(), a()];
+    assert.deepEqual(xs, [b(), b(), b()]);
+    assert.notDeepEqual(xs, [c(), c(), c()]);
+    assert.ok(xs.every((x) => x >= 0 && x < 1));
+  });
+  it("draws ints in range, choices from the list, and permutations", () => {
+    const r = rng(1);
+    const ints = Array.from({ length: 200 }, () => randomInt(r, 1, 3));
+    assert.deepEqual([...new Set(ints)].sort(), [1, 2, 3]);
+    assert.ok(["x", "y"].includes(randomChoice(r, ["x", "y"])));
+    assert.throws(() => randomChoice(r, []), /empty/);
+    assert.deepEqual(shuffled(r, [1, 2, 3, 4, 5]).sort(), [1, 2, 3, 4, 5]);
+  });
+});
+
+describe("summarize", () => {
+  it("averages reward and each metric over the trajectories that carry it (booleans as rates)", () => {
+    const t = (reward: number, metrics: Record<string, number | boolean>) => new Trajectory({ reward, metrics });
+    const s = summarize("p", [t(1, { win: true, moves: 3 }), t(0, { win: false, moves: 5 }), t(-1, { win: false })]);
+    assert.equal(s.label, "p");
+    assert.equal(s.trajectories, 3);
+    assert.equal(s.reward, 0);
+    assert.equal(s.win, 1 / 3);
+    assert.equal(s.moves, 4);
+  });
+});
