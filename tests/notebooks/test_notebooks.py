@@ -30,16 +30,19 @@ def executed_path(source: Path) -> Path:
     return OUT_DIR / source.name
 
 
-_executed: dict[Path, nbformat.NotebookNode] = {}
+_executed: dict[tuple, nbformat.NotebookNode] = {}
 
 
-def execute(source: Path) -> nbformat.NotebookNode:
-    """Runs a notebook top to bottom (once per test session); raises AssertionError naming the
-    notebook, the cell and the error."""
-    if source in _executed:
-        return _executed[source]
+def execute(source: Path, env: dict[str, str] | None = None) -> nbformat.NotebookNode:
+    """Runs a notebook top to bottom (once per test session and environment); raises AssertionError
+    naming the notebook, the cell and the error. `env` adds variables for this run's kernel."""
+    key = (source, tuple(sorted((env or {}).items())))
+    if key in _executed:
+        return _executed[key]
     nb = nbformat.read(source, as_version=4)
     os.environ["ART_SMOKE"] = "1"  # inherited by the kernel process
+    saved = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})
     client = nbclient.NotebookClient(
         nb,
         kernel_name=KERNEL_NAME,
@@ -59,8 +62,13 @@ def execute(source: Path) -> nbformat.NotebookNode:
     except TimeoutError as error:
         raise AssertionError(f"{source.relative_to(ROOT)}: a cell ran past {CELL_TIMEOUT_S} s: {error}") from None
     finally:
-        nbformat.write(nb, executed_path(source))
-    _executed[source] = nb
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        nbformat.write(nb, executed_path(source) if not env else OUT_DIR / f"{source.stem}-env{source.suffix}")
+    _executed[key] = nb
     return nb
 
 
@@ -148,3 +156,12 @@ def test_sft_then_rl_draws_both_phases_and_rl_alone_on_one_curve() -> None:
     nb = execute(ROOT / "notebooks" / "sft-then-rl.ipynb")
     traces = plotly_traces(nb)
     assert "SFT then RL/reward" in traces and "RL alone/reward" in traces, traces
+
+
+def test_codenames_checks_clues_against_the_shipped_fallback_dictionary_when_told_to() -> None:
+    fallback = ROOT / "notebooks" / "data" / "dictionary-fallback.txt"
+    nb = execute(ROOT / "notebooks" / "codenames.ipynb", {"ART_DICTIONARY": str(fallback)})
+    streams = "".join(o.get("text", "") for o in outputs_of(nb) if o.get("output_type") == "stream")
+    assert f"dictionary {fallback}" in streams, streams[:2000]
+    words = fallback.read_text().split()
+    assert len(words) > 30_000 and {"ocean", "music", "wave"} <= set(words)
