@@ -8,7 +8,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { type Backend, RemoteBackend } from "./backend";
 import { ConfigurationError } from "./errors";
-import { LocalBackend, type LocalBackendOptions } from "./local-backend";
+import { LocalBackend, type LocalBackendOptions, PROJECT_ROOT } from "./local-backend";
 
 /** Options of {@link connectBackend}. */
 export interface ConnectOptions {
@@ -34,7 +34,7 @@ export async function connectBackend(options: ConnectOptions): Promise<Backend &
     return Object.assign(new RemoteBackend({ url, token }), { describe: `remote gpu-server at ${url}` });
   }
   const stamp = new Date().toISOString().replace(/[-:]/g, "").replace(/\..*/, "");
-  const dataDir = options.dataDir || path.resolve(__dirname, "..", ".art", "runs", `${options.run}-${stamp}`);
+  const dataDir = options.dataDir || path.join(PROJECT_ROOT, ".art", "runs", `${options.run}-${stamp}`);
   fs.mkdirSync(dataDir, { recursive: true });
   const backend = await LocalBackend.start({ dataDir, baseModel: options.baseModel, engine: options.engine });
   return Object.assign(backend, { describe: `local gpu-server (pid ${backend.pid ?? "reused"}) on ${dataDir}` });

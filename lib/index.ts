@@ -21,3 +21,4 @@ export * from "./tags";
 export * from "./evaluate";
 export * from "./loop";
 export * from "./connect";
+export * from "./turn";

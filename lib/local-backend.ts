@@ -35,7 +35,8 @@ interface RunningServer {
   kill(signal?: NodeJS.Signals): boolean;
 }
 
-const PROJECT_ROOT = path.resolve(__dirname, "..");
+/** The project root (holding `.venv` and the default data dir `.art`). */
+export const PROJECT_ROOT = path.resolve(__dirname, "..");
 
 function tailOf(file: string, lines = 30): string {
   try {

@@ -4,6 +4,7 @@
  * @module
  */
 import { DisplayHandle, ProgressLine } from "./display";
+import { summarize } from "./evaluate";
 import { gatherTrajectoryGroups } from "./gather";
 import { plotHistory } from "./history";
 import type { TrainableModel, TrainOptions } from "./model";
@@ -36,8 +37,6 @@ export interface TrainLoopResult {
   chart: DisplayHandle;
 }
 
-const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : Number.NaN);
-
 /**
  * Runs `steps` GRPO steps. A progress line shows the step, its mean reward and the last
  * evaluation; the chart of `metrics` per step (train and val lines) is redrawn after every step.
@@ -46,12 +45,13 @@ export async function trainLoop(options: TrainLoopOptions): Promise<TrainLoopRes
   const { model, steps } = options;
   const chart = options.chart ?? new DisplayHandle();
   const metrics = options.metrics ?? ["reward"];
+  const gather = { concurrency: options.concurrency ?? 64, progress: false as const };
   const progress = new ProgressLine(`training ${model.name}`, { logIntervalMs: 10_000 });
   const started = Date.now();
   const first = await model.getStep();
   let lastVal = "";
   const runEval = async () => {
-    const groups = await gatherTrajectoryGroups(options.evaluate!.groups(), { concurrency: options.concurrency ?? 64, progress: false });
+    const groups = await gatherTrajectoryGroups(options.evaluate!.groups(), gather);
     const row = await model.log(groups, { split: "val" });
     lastVal = ` · val reward ${Number(row.reward).toFixed(3)}`;
   };
@@ -59,8 +59,8 @@ export async function trainLoop(options: TrainLoopOptions): Promise<TrainLoopRes
   let history: HistoryRow[] = [];
   for (let i = 0; i < steps; i++) {
     const step = first + i;
-    const groups = await gatherTrajectoryGroups(options.groups(step), { concurrency: options.concurrency ?? 64, progress: false });
-    const reward = mean(groups.flatMap((g) => g.trajectories.map((t) => t.reward)));
+    const groups = await gatherTrajectoryGroups(options.groups(step), gather);
+    const { reward } = summarize("train", groups.flatMap((g) => g.trajectories));
     // A role that never got to act in a game (e.g. an operative whose spymaster broke the rules)
     // has a trajectory without sampled tokens: there is nothing to train on it, so it is left out.
     for (const group of groups) group.trajectories = group.trajectories.filter((t) => t.choices().length > 0);

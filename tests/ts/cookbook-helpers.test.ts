@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { z } from "zod";
-import { envName, extractTag, notebookParams, ParameterError, parseTagged, randomChoice, randomInt, rng, shuffled, summarize, Trajectory } from "../../lib/index";
+import { envName, extractTag, notebookParams, ParameterError, parseTagged, randomChoice, randomInt, rng, shuffled, summarize, takeTurn, Trajectory } from "../../lib/index";
 
 describe("notebookParams", () => {
   const defaults = { baseModel: "builtin:tiny", steps: 100, learningRate: 1e-2, fresh: true };
@@ -71,5 +71,15 @@ describe("summarize", () => {
     assert.equal(s.reward, 0);
     assert.equal(s.win, 1 / 3);
     assert.equal(s.moves, 4);
+  });
+});
+
+describe("takeTurn", () => {
+  it("pushes the turn's message and a scripted player's reply, and returns the reply", async () => {
+    const t = new Trajectory({ messagesAndChoices: [{ role: "system", content: "rules" }] });
+    const reply = await takeTurn(t, "board 1", () => "<move>B2</move>", { maxTokens: 4, seed: 0 });
+    assert.equal(reply, "<move>B2</move>");
+    assert.deepEqual(t.messages(), [{ role: "system", content: "rules" }, { role: "user", content: "board 1" },
+      { role: "assistant", content: "<move>B2</move>" }]);
   });
 });
