@@ -3,8 +3,12 @@
 // errors, and the server's overhead against the engine called directly (bench/serve_engine_direct.py).
 // Prints a table and writes raw data to .artifacts/bench/serve.json.
 //
-//   npm run bench:serve [-- --requests-per-level 768 --max-tokens 16 --levels 1,8,64,256]
-import { spawn, execFileSync } from "node:child_process";
+// A shared 2-core machine drifts by ±20% over tens of seconds, so nothing is measured in one block:
+// the levels take turns, round after round, and each level's tokens/s is its median round; the
+// overhead alternates blocks of HTTP requests with blocks of the same requests on the engine alone.
+//
+//   npm run bench:serve [-- --rounds 5 --requests-per-level 768 --max-tokens 16 --levels 1,8,64,256]
+import { spawn } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import readline from "node:readline";
@@ -18,43 +22,61 @@ const { values } = parseArgs({
     "requests-per-level": { type: "string", default: "768" },
     "max-tokens": { type: "string", default: "16" },
     levels: { type: "string", default: "1,8,64,256" },
+    rounds: { type: "string", default: "5" },
     model: { type: "string", default: "builtin:tiny" },
   },
 });
 const MAX_TOKENS = Number(values["max-tokens"]);
 const LEVELS = values.levels.split(",").map(Number);
+const ROUNDS = Number(values.rounds);
 const MESSAGES = [{ role: "user" as const, content: "Name an empty cell." }];
 
-interface LevelResult {
-  concurrency: number;
+interface Round {
   requests: number;
   errors: number;
   tokens: number;
   wallSeconds: number;
   tokensPerSecond: number;
-  p50Ms: number;
-  p95Ms: number;
+  latenciesMs: number[];
+  engineSteps: number;
+  engineTokens: number;
   errorMessages: string[];
 }
+
+interface EngineStats {
+  steps: number;
+  tokens_generated: number;
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 function percentile(sorted: number[], p: number): number {
   if (!sorted.length) return NaN;
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 }
 
-async function startServer(dataDir: string): Promise<{ url: string; token: string; stop: () => void }> {
-  const child = spawn(PYTHON, ["-m", "art_server", "--base-model", values.model, "--port", "0", "--data-dir", dataDir,
-    "--log-level", "warning"], { stdio: ["ignore", "pipe", "inherit"] });
-  const line = await new Promise<string>((resolve, reject) => {
-    readline.createInterface({ input: child.stdout! }).on("line", (l) => l.startsWith("{") && resolve(l));
-    child.on("exit", (code) => reject(new Error(`server exited with ${code}`)));
-  });
-  const ready = JSON.parse(line) as { url: string; token: string };
-  return { ...ready, stop: () => child.kill("SIGTERM") };
+/** A child process that prints one JSON line per answer; `ask` writes a line and awaits the next answer. */
+function lineProcess(args: string[]) {
+  const child = spawn(PYTHON, args, { stdio: ["pipe", "pipe", "inherit"] });
+  const waiting: { resolve: (line: string) => void; reject: (error: Error) => void }[] = [];
+  readline.createInterface({ input: child.stdout! }).on("line", (line) => line.startsWith("{") && waiting.shift()?.resolve(line));
+  child.on("exit", (code) => waiting.splice(0).forEach((w) => w.reject(new Error(`${args.join(" ")} exited with ${code}`))));
+  const next = () => new Promise<string>((resolve, reject) => waiting.push({ resolve, reject }));
+  return { child, next, ask: (line: string) => { const answer = next(); child.stdin!.write(line + "\n"); return answer; } };
 }
 
-async function runLevel(client: OpenAI, concurrency: number, requests: number, seedBase: number): Promise<LevelResult> {
-  const latencies: number[] = [];
+async function startServer(dataDir: string) {
+  const server = lineProcess(["-m", "art_server", "--base-model", values.model, "--port", "0", "--data-dir", dataDir, "--log-level", "warning"]);
+  const ready = JSON.parse(await server.next()) as { url: string; token: string };
+  const stats = async (): Promise<EngineStats> =>
+    (await (await fetch(`${ready.url}/v1/engine/stats`, { headers: { authorization: `Bearer ${ready.token}` } })).json()) as EngineStats;
+  return { ...ready, stats, stop: () => server.child.kill("SIGTERM") };
+}
+
+async function runRound(client: OpenAI, concurrency: number, requests: number, seedBase: number,
+  stats: () => Promise<EngineStats>): Promise<Round> {
+  const before = await stats();
+  const latenciesMs: number[] = [];
   const errorMessages: string[] = [];
   let tokens = 0;
   let next = 0;
@@ -66,7 +88,7 @@ async function runLevel(client: OpenAI, concurrency: number, requests: number, s
       try {
         const r = await client.chat.completions.create({ model: values.model, messages: MESSAGES, max_tokens: MAX_TOKENS, seed: seedBase + i });
         tokens += r.usage?.completion_tokens ?? 0;
-        latencies.push(performance.now() - t0);
+        latenciesMs.push(performance.now() - t0);
       } catch (error) {
         errorMessages.push(String(error));
       }
@@ -74,9 +96,24 @@ async function runLevel(client: OpenAI, concurrency: number, requests: number, s
   }
   await Promise.all(Array.from({ length: concurrency }, worker));
   const wallSeconds = (performance.now() - started) / 1000;
-  latencies.sort((a, b) => a - b);
-  return { concurrency, requests, errors: errorMessages.length, tokens, wallSeconds, tokensPerSecond: tokens / wallSeconds,
-    p50Ms: percentile(latencies, 50), p95Ms: percentile(latencies, 95), errorMessages: errorMessages.slice(0, 5) };
+  const after = await stats();
+  return { requests, errors: errorMessages.length, tokens, wallSeconds, tokensPerSecond: tokens / wallSeconds, latenciesMs,
+    engineSteps: after.steps - before.steps, engineTokens: after.tokens_generated - before.tokens_generated,
+    errorMessages: errorMessages.slice(0, 5) };
+}
+
+function summarize(concurrency: number, rounds: Round[]) {
+  const latencies = rounds.flatMap((r) => r.latenciesMs).sort((a, b) => a - b);
+  const rates = rounds.map((r) => r.tokensPerSecond);
+  const steps = rounds.reduce((s, r) => s + r.engineSteps, 0);
+  return {
+    concurrency, requests: rounds.reduce((s, r) => s + r.requests, 0), errors: rounds.reduce((s, r) => s + r.errors, 0),
+    tokensPerSecond: median(rates), tokensPerSecondMin: Math.min(...rates), tokensPerSecondMax: Math.max(...rates),
+    p50Ms: percentile(latencies, 50), p95Ms: percentile(latencies, 95),
+    // Tokens sampled per forward pass (prefills and decode steps): how full the batches were.
+    tokensPerEngineStep: rounds.reduce((s, r) => s + r.engineTokens, 0) / steps,
+    errorMessages: rounds.flatMap((r) => r.errorMessages).slice(0, 5), rounds,
+  };
 }
 
 async function main() {
@@ -84,48 +121,62 @@ async function main() {
   fs.mkdirSync(outDir, { recursive: true });
   const dataDir = path.join(ROOT, ".artifacts", "bench", "data");
   const server = await startServer(dataDir);
+  const direct = lineProcess([path.join(ROOT, "bench", "serve_engine_direct.py"), "--max-tokens", String(MAX_TOKENS),
+    "--data-dir", dataDir, "--model", values.model]);
   const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: server.token, maxRetries: 0, timeout: 120_000 });
-  const results: LevelResult[] = [];
   try {
-    await runLevel(client, 4, 16, 10_000); // warm-up
-    for (const level of LEVELS) {
-      // Concurrency 1 is slow and steady: 100 requests measure it well.
-      const requests = level === 1 ? 100 : Math.max(Number(values["requests-per-level"]), level);
-      results.push(await runLevel(client, level, requests, 0));
+    await direct.next(); // loaded and warmed up
+    await runRound(client, 4, 16, 10_000, server.stats); // warm-up
+    const rounds = new Map<number, Round[]>(LEVELS.map((level) => [level, []]));
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const level of round % 2 ? [...LEVELS].reverse() : LEVELS) {
+        // Concurrency 1 is slow and steady: 30 requests a round measure it well.
+        const requests = level === 1 ? 30 : Math.max(Math.ceil(Number(values["requests-per-level"]) / ROUNDS), 2 * level);
+        rounds.get(level)!.push(await runRound(client, level, requests, round * 1000, server.stats));
+      }
     }
-    // Overhead at concurrency 1: the same seeded requests over HTTP and against the engine directly.
-    const n = 50;
+    const results = LEVELS.map((level) => summarize(level, rounds.get(level)!));
+
+    // Overhead at concurrency 1: blocks of the same seeded requests over HTTP and on the engine alone, alternating.
     const http: number[] = [];
     const httpTokens: number[] = [];
-    for (let i = 0; i < n; i++) {
-      const t0 = performance.now();
-      const r = await client.chat.completions.create({ model: values.model, messages: MESSAGES, max_tokens: MAX_TOKENS, seed: i });
-      http.push((performance.now() - t0) / 1000);
-      httpTokens.push(r.usage?.completion_tokens ?? 0);
+    const engine: number[] = [];
+    const engineTokens: number[] = [];
+    for (let block = 0; block < ROUNDS * 2; block++) {
+      const seeds = Array.from({ length: 10 }, (_, i) => block * 10 + i);
+      for (const seed of seeds) {
+        const t0 = performance.now();
+        const r = await client.chat.completions.create({ model: values.model, messages: MESSAGES, max_tokens: MAX_TOKENS, seed });
+        http.push((performance.now() - t0) / 1000);
+        httpTokens.push(r.usage?.completion_tokens ?? 0);
+      }
+      const answer = JSON.parse(await direct.ask(`${seeds[0]} ${seeds.length}`)) as { times_s: number[]; tokens: number[] };
+      engine.push(...answer.times_s);
+      engineTokens.push(...answer.tokens);
     }
-    server.stop();
-    const direct = JSON.parse(execFileSync(PYTHON, [path.join(ROOT, "bench", "serve_engine_direct.py"), "--requests", String(n),
-      "--max-tokens", String(MAX_TOKENS), "--data-dir", dataDir, "--model", values.model], { encoding: "utf8" }).trim().split("\n").pop()!) as
-      { times_s: number[]; tokens: number[] };
-    const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-    const sameTokens = direct.tokens.every((t, i) => t === httpTokens[i]);
-    const overhead = (median(http) - median(direct.times_s)) / median(http);
+    const sameTokens = engineTokens.every((t, i) => t === httpTokens[i]);
+    const overhead = (median(http) - median(engine)) / median(http);
 
     const base = results.find((r) => r.concurrency === 1)?.tokensPerSecond ?? NaN;
-    console.log(`\nServing benchmark: ${values.model}, max_tokens ${MAX_TOKENS}, openai client over HTTP\n`);
-    console.log("| concurrency | requests | errors | tokens/s | x vs c=1 | p50 ms | p95 ms |");
-    console.log("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    console.log(`\nServing benchmark: ${values.model}, max_tokens ${MAX_TOKENS}, openai client over HTTP, ${ROUNDS} interleaved rounds\n`);
+    console.log("| concurrency | requests | errors | tokens/s (median round) | range over rounds | x vs c=1 | p50 ms | p95 ms | tokens/engine step |");
+    console.log("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for (const r of results) {
-      console.log(`| ${r.concurrency} | ${r.requests} | ${r.errors} | ${r.tokensPerSecond.toFixed(0)} | ${(r.tokensPerSecond / base).toFixed(1)} | ${r.p50Ms.toFixed(1)} | ${r.p95Ms.toFixed(1)} |`);
+      console.log(`| ${r.concurrency} | ${r.requests} | ${r.errors} | ${r.tokensPerSecond.toFixed(0)} | ` +
+        `${r.tokensPerSecondMin.toFixed(0)}–${r.tokensPerSecondMax.toFixed(0)} | ${(r.tokensPerSecond / base).toFixed(1)} | ` +
+        `${r.p50Ms.toFixed(1)} | ${r.p95Ms.toFixed(1)} | ${r.tokensPerEngineStep.toFixed(1)} |`);
     }
-    console.log(`\nconcurrency 1, ${n} identical seeded requests: HTTP median ${(median(http) * 1000).toFixed(2)} ms, ` +
-      `engine direct median ${(median(direct.times_s) * 1000).toFixed(2)} ms -> server overhead ${(overhead * 100).toFixed(1)}%` +
+    for (const r of results.filter((r) => r.errorMessages.length)) console.log(`errors at ${r.concurrency}: ${r.errorMessages.join("; ")}`);
+    console.log(`\nconcurrency 1, ${http.length} seeded requests in alternating blocks: HTTP median ${(median(http) * 1000).toFixed(2)} ms, ` +
+      `engine direct median ${(median(engine) * 1000).toFixed(2)} ms -> server overhead ${(overhead * 100).toFixed(1)}%` +
       ` (same tokens generated: ${sameTokens})`);
     const out = path.join(outDir, "serve.json");
-    fs.writeFileSync(out, JSON.stringify({ model: values.model, maxTokens: MAX_TOKENS, results, overhead: { http_s: http, httpTokens, direct, overhead } }, null, 2));
+    fs.writeFileSync(out, JSON.stringify({ model: values.model, maxTokens: MAX_TOKENS, rounds: ROUNDS, results,
+      overhead: { http_s: http, httpTokens, engine_s: engine, engineTokens, overhead } }, null, 2));
     console.log(`raw data: ${path.relative(ROOT, out)}`);
   } finally {
     server.stop();
+    direct.child.stdin!.end();
   }
 }
 

@@ -289,6 +289,23 @@ def test_malformed_json_is_400(client):
     assert "not valid JSON" in error_of(r, 400)["message"]
 
 
+@pytest.mark.parametrize("content, content_type, says", [
+    (b"", "application/json", "body is empty"),
+    (b"[1, 2]", "application/json", "should be an object"),
+    (b'{"model": "builtin:tiny", "messages": [{"role": "user", "content": "hi"}]}', "text/plain", "Content-Type: application/json"),
+    (b'{"model": "builtin:tiny", "messages": [{"role": "user", "content": "hi"}]}', None, "Content-Type: application/json"),
+])
+def test_a_body_that_is_not_a_json_request_is_400(client, content, content_type, says):
+    headers = {"Content-Type": content_type} if content_type else {}
+    assert says in error_of(client.post("/v1/chat/completions", content=content, headers=headers), 400)["message"]
+
+
+def test_chat_completions_is_documented_in_the_openapi_schema(client):
+    # The route is answered ahead of FastAPI (api/chat_route.py); its declaration still documents it.
+    operation = client.get("/openapi.json").json()["paths"]["/v1/chat/completions"]["post"]
+    assert "ChatCompletionRequest" in str(operation["requestBody"])
+
+
 def test_prompt_longer_than_the_context_is_400(client):
     long = " ".join(["word"] * 3000)
     error = error_of(client.post("/v1/chat/completions", json={"model": "builtin:tiny", "messages": [{"role": "user", "content": long}]}), 400)
@@ -337,9 +354,16 @@ def test_a_cancelled_stream_frees_its_slot(server, client):
 
 
 def test_a_request_whose_client_gave_up_frees_its_slot(server, client):
+    long = {"model": "builtin:tiny", "messages": PROMPT, "max_tokens": 2000, "n": 4, "seed": 11}
+    whole = client.post("/v1/chat/completions", json=long).json()["usage"]["completion_tokens"]  # seeded: the same every time
+    before = wait_for_idle(client)
     with server.client(timeout=0.3) as c, pytest.raises(httpx.TimeoutException):
-        c.post("/v1/chat/completions", json={"model": "builtin:tiny", "messages": PROMPT, "max_tokens": 2000, "n": 4})
-    wait_for_idle(client)
+        c.post("/v1/chat/completions", json=long)
+    deadline = time.monotonic() + 10
+    while client.get("/v1/engine/stats").json()["steps"] == before["steps"] and time.monotonic() < deadline:
+        time.sleep(0.05)  # the request has reached the engine
+    generated = wait_for_idle(client, timeout=30)["tokens_generated"] - before["tokens_generated"]
+    assert 0 < generated < whole / 2, f"{generated} of {whole} tokens: generation went on after the client left"
 
 
 def test_many_concurrent_requests_all_succeed(server):

@@ -98,7 +98,7 @@ def test_sleep_holds_requests_until_wake(tiny_path, tmp_path):
             assert VLLMEngine.command(config, "builtin:tiny", tiny_path, 1, "k")[2:4] == ["serve", str(tiny_path)]
             await engine.sleep()
             body = {"model": "builtin:tiny", "messages": PROMPT, "max_tokens": 3}
-            pending = asyncio.create_task(engine.chat_completion(body, None, "r", asyncio.Event()))
+            pending = asyncio.create_task(engine.chat_completion(body, None, "r"))
             await asyncio.sleep(0.5)
             assert not pending.done(), "a request must wait while vLLM sleeps"
             await engine.wake()
@@ -108,7 +108,7 @@ def test_sleep_holds_requests_until_wake(tiny_path, tmp_path):
             engine.process.kill()
             engine.process.wait()
             with pytest.raises(EngineError, match="vLLM process exited"):
-                await engine.chat_completion(body, None, "r2", asyncio.Event())
+                await engine.chat_completion(body, None, "r2")
         finally:
             await engine.close()
 

@@ -12,7 +12,6 @@ hf engine. Each call is appended to the JSON-lines file named by STANDIN_LOG, fo
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
@@ -101,7 +100,7 @@ def main() -> None:
                     yield "data: [DONE]\n\n"
 
                 return StreamingResponse(sse(), media_type="text/event-stream")
-            result = await engine.chat_completion(body, adapter, "standin", asyncio.Event())
+            result = await engine.chat_completion(body, adapter, "standin")
             return strip(result, with_ids)
         except EngineError as error:
             return vllm_error(error.status, str(error))

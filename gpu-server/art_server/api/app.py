@@ -12,6 +12,7 @@ from .. import __version__
 from ..config import ServerConfig
 from ..models.manager import ModelManager
 from . import serving, training
+from .chat_route import ChatCompletionsRoute
 from .errors import install_error_handlers
 from .limits import BodyLimit
 
@@ -41,4 +42,5 @@ def create_app(config: ServerConfig) -> FastAPI:
 
 
 def create_asgi(config: ServerConfig) -> Any:
-    return BodyLimit(create_app(config), config.max_body_bytes)
+    """What uvicorn serves: the body limit, then chat completions ahead of FastAPI, then the app."""
+    return BodyLimit(ChatCompletionsRoute(create_app(config)), config.max_body_bytes)

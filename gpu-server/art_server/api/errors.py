@@ -37,10 +37,11 @@ def error_response(status: int, message: str, code: str | None, param: str | Non
     return JSONResponse(error_body(status, message, code, param), status_code=status, headers=headers)
 
 
-def _validation_message(error: RequestValidationError) -> tuple[str, str | None]:
+def validation_message(errors: Any) -> tuple[str, str | None]:
+    """One message and the first offending parameter, from pydantic's (or FastAPI's) error list."""
     problems = []
     param = None
-    for item in error.errors():
+    for item in errors:
         loc = [str(p) for p in item.get("loc", []) if p != "body"]
         where = ".".join(loc) or "body"
         param = param or (loc[0] if loc else None)
@@ -50,22 +51,36 @@ def _validation_message(error: RequestValidationError) -> tuple[str, str | None]
     return "invalid request: " + "; ".join(problems[:5]), param
 
 
+def content_type_error(content_type: str) -> JSONResponse:
+    return error_response(400, f"the body must be JSON sent with Content-Type: application/json (got {content_type or 'none'!r})",
+                          "invalid_content_type")
+
+
+def response_for(error: Exception) -> JSONResponse:
+    """The error response for an exception raised while handling a request."""
+    if isinstance(error, ApiError):
+        return error_response(error.status, error.message, error.code, error.param)
+    if isinstance(error, EngineError):
+        return error_response(error.status, str(error), error.code, error.param)
+    log.exception("unhandled error", exc_info=error)
+    return error_response(500, f"internal server error: {type(error).__name__}: {error}", "internal_error")
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(_: Request, error: ApiError) -> JSONResponse:
-        return error_response(error.status, error.message, error.code, error.param)
+        return response_for(error)
 
     @app.exception_handler(EngineError)
     async def engine_error(_: Request, error: EngineError) -> JSONResponse:
-        return error_response(error.status, str(error), error.code, error.param)
+        return response_for(error)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
         content_type = request.headers.get("content-type", "")
         if request.method == "POST" and "json" not in content_type:
-            return error_response(400, f"the body must be JSON sent with Content-Type: application/json (got {content_type or 'none'!r})",
-                                  "invalid_content_type")
-        message, param = _validation_message(error)
+            return content_type_error(content_type)
+        message, param = validation_message(error.errors())
         return error_response(400, message, "invalid_value", param)
 
     @app.exception_handler(StarletteHTTPException)
@@ -75,5 +90,4 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, error: Exception) -> JSONResponse:
-        log.exception("unhandled error")
-        return error_response(500, f"internal server error: {type(error).__name__}: {error}", "internal_error")
+        return response_for(error)

@@ -58,18 +58,22 @@ async def _resolve(manager: ModelManager, model: str) -> str | None:
         raise ApiError(404, str(error), "model_not_found", "model") from None
 
 
-async def _watch_disconnect(request: Request, flag: asyncio.Event) -> None:
+async def _cancel_on_disconnect(receive: Any, task: asyncio.Task) -> None:
     # The body is already read, so the next ASGI message is http.disconnect: wait for it, no polling.
-    while not flag.is_set():
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            flag.set()
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    task.cancel()  # the engine frees the request's slots
 
 
 @router.post("/v1/chat/completions", summary="OpenAI chat completions, with prompt_token_ids and per-choice token_ids")
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
-    manager = manager_of(request)
-    config = request.app.state.config
+    # The server answers this route in ChatCompletionsRoute (chat_route.py), ahead of FastAPI; this
+    # declaration documents it in /docs and serves the FastAPI app on its own.
+    return await complete_chat(body, manager_of(request), request.app.state.config, request.receive)
+
+
+async def complete_chat(body: ChatCompletionRequest, manager: ModelManager, config: Any, receive: Any) -> Response:
+    """A validated chat-completions request to its response: JSON, or an SSE stream."""
     if body.n > config.max_n:
         raise ApiError(400, f"n={body.n} is over this server's limit of {config.max_n} (--max-n)", "invalid_value", "n")
     adapter = await _resolve(manager, body.model)
@@ -81,12 +85,10 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
         first = await stream.__anext__()  # errors before the first token still get a status code
         return StreamingResponse(_sse(first, stream), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    disconnected = asyncio.Event()
-    watcher = asyncio.create_task(_watch_disconnect(request, disconnected))
+    watcher = asyncio.create_task(_cancel_on_disconnect(receive, asyncio.current_task()))
     try:
-        result = await engine.chat_completion(payload, adapter, request_id, disconnected)
+        result = await engine.chat_completion(payload, adapter, request_id)
     finally:
-        disconnected.set()
         watcher.cancel()
     return Response(orjson.dumps(result), media_type="application/json")
 

@@ -7,7 +7,6 @@ the sampled `token_ids` and their logprobs (vLLM's field names, so both engines 
 
 from __future__ import annotations
 
-import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -32,10 +31,9 @@ class Engine(ABC):
     context_length: int
 
     @abstractmethod
-    async def chat_completion(self, body: dict[str, Any], adapter: str | None, request_id: str,
-                              disconnected: asyncio.Event) -> dict[str, Any]:
+    async def chat_completion(self, body: dict[str, Any], adapter: str | None, request_id: str) -> dict[str, Any]:
         """A `chat.completion` object. `adapter` is an adapter key or None for the base model.
-        When `disconnected` is set the engine stops generating and frees the slot."""
+        Cancelling the awaiting task (the client went away) stops generating and frees the slot."""
 
     @abstractmethod
     def chat_completion_stream(self, body: dict[str, Any], adapter: str | None, request_id: str) -> AsyncIterator[dict[str, Any]]:

@@ -203,49 +203,52 @@ class HFEngine(Engine):
     def _parse_tools(self, body: dict[str, Any]) -> bool:
         return bool(body.get("tools")) and body.get("tool_choice") != "none"
 
-    async def _events(self, body: dict[str, Any], adapter: str | None, request_id: str, stream: bool):
+    async def _stream_events(self, body: dict[str, Any], adapter: str | None, request_id: str):
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[SequenceEvent] = asyncio.Queue()
 
         def emit(event: SequenceEvent) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, event)
 
-        prompt, seqs, stop = self._prepare(body, adapter, request_id, emit, stream)
+        prompt, seqs, stop = self._prepare(body, adapter, request_id, emit, stream=True)
         self.scheduler.submit(seqs)
         return prompt, seqs, stop, queue
 
     def _model_name(self, body: dict[str, Any]) -> str:
         return body["model"]
 
-    async def chat_completion(self, body: dict[str, Any], adapter: str | None, request_id: str,
-                              disconnected: asyncio.Event) -> dict[str, Any]:
-        prompt, seqs, stop, queue = await self._events(body, adapter, request_id, stream=False)
+    async def chat_completion(self, body: dict[str, Any], adapter: str | None, request_id: str) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        finished = loop.create_future()  # one wake-up per request, not a task per event
+        pending = 0
+
+        def on_event(event: SequenceEvent) -> None:  # on the event loop
+            nonlocal pending
+            state = states[event.index]
+            if isinstance(event, FinishEvent):  # the scheduler is done with the sequence: read it
+                seq = seqs[event.index]
+                state.token_ids, state.logprobs, state.top_logprobs = seq.generated, seq.logprobs, seq.top_logprobs
+                state.finish_reason = event.reason
+            elif isinstance(event, ErrorEvent):
+                state.error = event.message
+            else:
+                return
+            pending -= 1
+            if not pending and not finished.done():
+                finished.set_result(None)
+
+        def emit(event: SequenceEvent) -> None:  # on the scheduler thread
+            loop.call_soon_threadsafe(on_event, event)
+
+        prompt, seqs, stop = self._prepare(body, adapter, request_id, emit, stream=False)
         states = [ChoiceState(i) for i in range(len(seqs))]
         pending = len(seqs)
-        watcher = asyncio.create_task(disconnected.wait())
+        self.scheduler.submit(seqs)
         try:
-            while pending:
-                getter = asyncio.create_task(queue.get())
-                done, _ = await asyncio.wait({getter, watcher}, return_when=asyncio.FIRST_COMPLETED)
-                if getter not in done:
-                    getter.cancel()
-                    self.scheduler.cancel(request_id)
-                    raise asyncio.CancelledError("client disconnected")
-                event = getter.result()
-                state = states[event.index]
-                if isinstance(event, FinishEvent):  # the scheduler is done with the sequence: read it
-                    seq = seqs[event.index]
-                    state.token_ids, state.logprobs, state.top_logprobs = seq.generated, seq.logprobs, seq.top_logprobs
-                    state.finish_reason = event.reason
-                    pending -= 1
-                elif isinstance(event, ErrorEvent):
-                    state.error = event.message
-                    pending -= 1
-        except BaseException:
+            await finished
+        except BaseException:  # cancelled (the client went away): free the slots
             self.scheduler.cancel(request_id)
             raise
-        finally:
-            watcher.cancel()
         errors = [s.error for s in states if s.error]
         if errors:
             raise EngineError(f"generation failed: {errors[0]}", status=500, code="engine_error")
@@ -265,7 +268,7 @@ class HFEngine(Engine):
 
     async def chat_completion_stream(self, body: dict[str, Any], adapter: str | None,
                                      request_id: str) -> AsyncIterator[dict[str, Any]]:
-        prompt, seqs, stop, queue = await self._events(body, adapter, request_id, stream=True)
+        prompt, seqs, stop, queue = await self._stream_events(body, adapter, request_id)
         model = self._model_name(body)
         created = int(time.time())
         parse_tools = self._parse_tools(body)

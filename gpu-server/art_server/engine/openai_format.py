@@ -30,6 +30,9 @@ class TokenText:
     def __init__(self, tokenizer: Any):
         self.tokenizer = tokenizer
         self.added = set(tokenizer.get_added_vocab().keys())
+        # token id -> (text, byte values); at most the vocabulary. Every response lists each of its
+        # tokens, and asking the tokenizer each time was a tenth of the server thread's time.
+        self._pieces: dict[int, tuple[str, list[int]]] = {}
 
     def bytes_of(self, token_id: int) -> bytes:
         piece = self.tokenizer.convert_ids_to_tokens(token_id)
@@ -43,12 +46,19 @@ class TokenText:
         except KeyError:  # not a byte-level vocabulary (e.g. sentencepiece): best effort
             return self.tokenizer.decode([token_id]).encode("utf8")
 
+    def piece(self, token_id: int) -> tuple[str, list[int]]:
+        """The token's text and bytes, as logprobs entries show them (shared: do not modify)."""
+        piece = self._pieces.get(token_id)
+        if piece is None:
+            raw = self.bytes_of(token_id)
+            piece = self._pieces[token_id] = (raw.decode("utf8", errors="replace"), list(raw))
+        return piece
+
     def entry(self, token_id: int, logprob: float, top: list[tuple[int, float]] | None) -> dict[str, Any]:
-        raw = self.bytes_of(token_id)
-        item: dict[str, Any] = {"token": raw.decode("utf8", errors="replace"), "logprob": logprob, "bytes": list(raw)}
+        text, raw = self.piece(token_id)
+        item: dict[str, Any] = {"token": text, "logprob": logprob, "bytes": raw}
         item["top_logprobs"] = [
-            {"token": (b := self.bytes_of(t)).decode("utf8", errors="replace"), "logprob": lp, "bytes": list(b)}
-            for t, lp in (top or [])
+            {"token": (p := self.piece(t))[0], "logprob": lp, "bytes": p[1]} for t, lp in (top or [])
         ]
         return item
 

@@ -152,19 +152,12 @@ class VLLMEngine(Engine):
                            code="model_not_found" if status == 404 else "invalid_value" if status == 400 else "engine_error")
 
     # -- requests ------------------------------------------------------------------------------
-    async def chat_completion(self, body: dict[str, Any], adapter: str | None, request_id: str,
-                              disconnected: asyncio.Event) -> dict[str, Any]:
+    async def chat_completion(self, body: dict[str, Any], adapter: str | None, request_id: str) -> dict[str, Any]:
         await self._awake.wait()
         self._check_alive()
-        task = asyncio.create_task(self.client.post("/v1/chat/completions", json=self._body(body, adapter)))
-        watcher = asyncio.create_task(disconnected.wait())
-        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        watcher.cancel()
-        if task not in done:
-            task.cancel()  # closing the connection makes vLLM abort the request
-            raise asyncio.CancelledError("client disconnected")
         try:
-            response = task.result()
+            # Cancelled when the client goes away: closing the connection makes vLLM abort the request.
+            response = await self.client.post("/v1/chat/completions", json=self._body(body, adapter))
         except httpx.HTTPError as error:
             self._check_alive()
             raise EngineError(f"vLLM request failed: {error}", status=502, code="engine_error") from error

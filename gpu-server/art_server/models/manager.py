@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from dataclasses import dataclass, field
@@ -82,6 +83,9 @@ class ModelManager:
             self.engine = await create_engine(self.config, name, path)
             self.base_model = name
             self.base_path = path
+            # The model, tokenizer and libraries live as long as the server: keep the garbage
+            # collector from rescanning them (a full collection took ~0.1 s under load).
+            gc.freeze()
             return self.engine
 
     def require_engine(self) -> Engine:
