@@ -344,6 +344,7 @@ def wait_for_idle(client: httpx.Client, timeout: float = 10) -> dict:
 
 
 def test_a_cancelled_stream_frees_its_slot(server, client):
+    logged = len(server.stderr_lines)
     with server.client() as c:
         with c.stream("POST", "/v1/chat/completions",
                       json={"model": "builtin:tiny", "messages": PROMPT, "max_tokens": 2000, "stream": True}) as r:
@@ -351,12 +352,14 @@ def test_a_cancelled_stream_frees_its_slot(server, client):
                 if '"token_ids"' in line:
                     break
     wait_for_idle(client)
+    assert not [line for line in server.stderr_lines[logged:] if "Traceback" in line], "a disconnect is not an error"
 
 
 def test_a_request_whose_client_gave_up_frees_its_slot(server, client):
     long = {"model": "builtin:tiny", "messages": PROMPT, "max_tokens": 2000, "n": 4, "seed": 11}
     whole = client.post("/v1/chat/completions", json=long).json()["usage"]["completion_tokens"]  # seeded: the same every time
     before = wait_for_idle(client)
+    logged = len(server.stderr_lines)
     with server.client(timeout=0.3) as c, pytest.raises(httpx.TimeoutException):
         c.post("/v1/chat/completions", json=long)
     deadline = time.monotonic() + 10
@@ -364,6 +367,7 @@ def test_a_request_whose_client_gave_up_frees_its_slot(server, client):
         time.sleep(0.05)  # the request has reached the engine
     generated = wait_for_idle(client, timeout=30)["tokens_generated"] - before["tokens_generated"]
     assert 0 < generated < whole / 2, f"{generated} of {whole} tokens: generation went on after the client left"
+    assert not [line for line in server.stderr_lines[logged:] if "Traceback" in line], "a disconnect is not an error"
 
 
 def test_many_concurrent_requests_all_succeed(server):

@@ -11,6 +11,8 @@ Every other request goes on to the FastAPI app.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
 from pydantic import ValidationError
@@ -21,6 +23,7 @@ from .schemas import ChatCompletionRequest
 from .serving import complete_chat
 
 PATH = "/v1/chat/completions"
+log = logging.getLogger(__name__)
 
 
 class ChatCompletionsRoute:
@@ -32,6 +35,9 @@ class ChatCompletionsRoute:
             return await self.app(scope, receive, send)
         try:
             response = await self._respond(scope, receive)
+        except asyncio.CancelledError:  # the client went away (serving cancels the handler): nobody to answer
+            log.info("%s: the client disconnected; its generation was cancelled", PATH)
+            return
         except Exception as error:  # ApiError, EngineError, or a bug: always an OpenAI-style body
             response = response_for(error)
         await response(scope, receive, send)
