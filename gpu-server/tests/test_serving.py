@@ -343,6 +343,10 @@ def wait_for_idle(client: httpx.Client, timeout: float = 10) -> dict:
     raise AssertionError(f"engine still busy: {stats}")
 
 
+def assert_no_traceback_since(server, logged: int) -> None:
+    assert not [line for line in server.stderr_lines[logged:] if "Traceback" in line], "a disconnect is not an error"
+
+
 def test_a_cancelled_stream_frees_its_slot(server, client):
     logged = len(server.stderr_lines)
     with server.client() as c:
@@ -352,7 +356,7 @@ def test_a_cancelled_stream_frees_its_slot(server, client):
                 if '"token_ids"' in line:
                     break
     wait_for_idle(client)
-    assert not [line for line in server.stderr_lines[logged:] if "Traceback" in line], "a disconnect is not an error"
+    assert_no_traceback_since(server, logged)
 
 
 def test_a_request_whose_client_gave_up_frees_its_slot(server, client):
@@ -367,7 +371,7 @@ def test_a_request_whose_client_gave_up_frees_its_slot(server, client):
         time.sleep(0.05)  # the request has reached the engine
     generated = wait_for_idle(client, timeout=30)["tokens_generated"] - before["tokens_generated"]
     assert 0 < generated < whole / 2, f"{generated} of {whole} tokens: generation went on after the client left"
-    assert not [line for line in server.stderr_lines[logged:] if "Traceback" in line], "a disconnect is not an error"
+    assert_no_traceback_since(server, logged)
 
 
 def test_many_concurrent_requests_all_succeed(server):

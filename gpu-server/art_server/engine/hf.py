@@ -220,7 +220,6 @@ class HFEngine(Engine):
     async def chat_completion(self, body: dict[str, Any], adapter: str | None, request_id: str) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         finished = loop.create_future()  # one wake-up per request, not a task per event
-        pending = 0
 
         def on_event(event: SequenceEvent) -> None:  # on the event loop
             nonlocal pending
