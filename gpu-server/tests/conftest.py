@@ -15,6 +15,11 @@ import httpx
 import pytest
 
 from art_server.models.builtin import builtin_path
+from art_server.models.resolve import DEFAULT_BASE_MODEL, resolve_base_model
+
+# Packaged models are converted once into this cache and shared by every test server (and by the
+# notebooks and TypeScript tests, whose LocalBackend uses the same default).
+MODEL_CACHE = Path(os.environ.get("ART_MODEL_CACHE") or Path(__file__).resolve().parents[2] / ".art" / "models")
 
 @dataclass
 class ServerProcess:
@@ -39,7 +44,8 @@ class ServerProcess:
 
 def start_server(data_dir: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> ServerProcess:
     """Starts `python -m art_server` and waits for its ready line."""
-    proc = subprocess.Popen([sys.executable, "-m", "art_server", "--data-dir", str(data_dir), "--port", "0", *args],
+    proc = subprocess.Popen([sys.executable, "-m", "art_server", "--data-dir", str(data_dir), "--port", "0",
+                             "--model-cache", str(MODEL_CACHE), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
     lines: list[str] = []
 
@@ -73,6 +79,12 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_path(data_dir: Path) -> Path:
     return builtin_path("builtin:tiny", data_dir)
+
+
+@pytest.fixture(scope="session")
+def smol_path() -> Path:
+    """The default base model (SmolLM2-135M-Instruct) as a Hugging Face folder."""
+    return resolve_base_model(DEFAULT_BASE_MODEL, MODEL_CACHE, MODEL_CACHE).path
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from art_server.config import ServerConfig, parse_args
-from art_server.models.manager import BaseModelConflict, ModelManager, ModelNotFound, resolve_base_model_path
+from art_server.models.manager import BaseModelConflict, ModelManager, ModelNotFound
+from art_server.models.resolve import resolve_base_model
 from conftest import start_server
 
 
@@ -58,9 +59,9 @@ def test_asking_for_cuda_without_a_gpu_fails_at_startup_with_a_clear_message(tmp
 
 def test_an_unknown_base_model_is_a_clear_error(tmp_path):
     with pytest.raises(ModelNotFound, match="local Hugging Face cache"):
-        resolve_base_model_path("nobody/no-such-model", tmp_path)
+        resolve_base_model("nobody/no-such-model", tmp_path)
     with pytest.raises(ModelNotFound, match="builtin:tiny"):
-        resolve_base_model_path("builtin:huge", tmp_path)
+        resolve_base_model("builtin:huge", tmp_path)
 
 
 def test_one_server_holds_one_base_model(tmp_path):

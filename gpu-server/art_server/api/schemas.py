@@ -118,6 +118,8 @@ class ModelCard(BaseModel):
     owned_by: str = "art"
     root: str
     parent: str | None = None
+    source: dict[str, Any] | None = Field(
+        default=None, description="base model only: where its weights came from (builtin, folder, hf-cache, packaged-gguf)")
 
 
 class ModelList(BaseModel):
@@ -194,7 +196,7 @@ class GRPOConfigIn(BaseModel):
     scale_rewards: bool = True
     importance_sampling: Literal["token", "sequence"] = "token"
     max_grad_norm: float = Field(1.0, gt=0)
-    micro_batch_size: int = Field(8, ge=1)
+    micro_batch_size: int = Field(16, ge=1)
     gradient_steps: int = Field(1, ge=1)
     temperature: float = Field(1.0, gt=0)
     max_sequence_length: int | None = Field(None, ge=1)
@@ -235,7 +237,7 @@ class SFTConfigIn(BaseModel):
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
     train_on: Literal["all_assistant", "last_assistant"] = "all_assistant"
     max_grad_norm: float = Field(1.0, gt=0)
-    micro_batch_size: int = Field(8, ge=1)
+    micro_batch_size: int = Field(16, ge=1)
     seed: int = 0
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .tool_calls import hermes_call_text, hermes_tools_system_text
+
 
 class PromptError(ValueError):
     """The messages cannot be rendered by the chat template (a 400 for the caller)."""
@@ -54,11 +56,39 @@ def _arguments(arguments: Any) -> Any:
     return arguments if arguments is not None else {}
 
 
+def template_renders_tools(tokenizer: Any) -> bool:
+    template = tokenizer.chat_template
+    return isinstance(template, str) and "tools" in template
+
+
+def tools_as_text(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For a chat template that knows no tools (SmolLM2's): the tool list joins the system message,
+    assistant tool calls become `<tool_call>` text and tool results `<tool_response>` user turns, the
+    hermes format that chat/tool_calls.py parses."""
+    system = hermes_tools_system_text(tools)
+    if messages and messages[0]["role"] == "system":
+        system = f"{messages[0]['content']}\n\n{system}"
+        messages = messages[1:]
+    out: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    for m in messages:
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            calls = "\n".join(hermes_call_text(c["function"]["name"], c["function"]["arguments"]) for c in m["tool_calls"])
+            out.append({"role": "assistant", "content": f"{m['content']}\n{calls}" if m["content"] else calls})
+        elif m["role"] == "tool":
+            out.append({"role": "user", "content": f"<tool_response>\n{m['content']}\n</tool_response>"})
+        else:
+            out.append(m)
+    return out
+
+
 def prompt_token_ids(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                      add_generation_prompt: bool = True) -> list[int]:
+    rendered = template_messages(messages)
+    if tools and not template_renders_tools(tokenizer):
+        rendered, tools = tools_as_text(rendered, tools), None
     try:
         encoded = tokenizer.apply_chat_template(
-            template_messages(messages), tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=True,
+            rendered, tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=True,
         )
     except PromptError:
         raise

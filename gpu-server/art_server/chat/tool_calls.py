@@ -50,3 +50,20 @@ def parse_tool_calls(text: str) -> tuple[str | None, list[ParsedToolCall]]:
     kept.append(text[last:])
     content = "".join(kept).strip()
     return (content or None), calls
+
+
+# -- rendering, for chat templates that know no tools ----------------------------------------------
+# The same text the built-in models' template (and Qwen2.5's) writes, so a model that has never seen
+# tools gets the format the parser above reads.
+
+def hermes_tools_system_text(tools: list[dict]) -> str:
+    listed = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
+    return ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+            f"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{listed}\n</tools>\n\n"
+            "For each function call, return a json object with function name and arguments within "
+            '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
+
+
+def hermes_call_text(name: str, arguments: object) -> str:
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'

@@ -4,8 +4,8 @@ with continuous batching across concurrent requests (see scheduler.py)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
+import json
 import logging
 import os
 import time
@@ -20,66 +20,11 @@ import torch
 from ..chat.prompt import PromptError, prompt_token_ids
 from .base import Engine, EngineError
 from .openai_format import ChoiceState, StreamText, TokenText, chunk_object, completion_object, finish_choice
+from .runner import HFModelRunner
 from .sampling import RowParams
 from .scheduler import BatchScheduler, ErrorEvent, FinishEvent, Sequence, SequenceEvent, TokenEvent
 
 log = logging.getLogger(__name__)
-
-
-class HFModelRunner:
-    """Forward passes of the base model with one adapter (or none) chosen per call."""
-
-    def __init__(self, model: Any, tokenizer: Any, device: torch.device):
-        self.model = model
-        self.tokenizer = tokenizer
-        self.device = device
-        self.adapter_slots: dict[str, str] = {}  # public key (e.g. "agent@3") -> PEFT adapter name
-        self._slot_counter = 0
-
-    @property
-    def peft(self) -> Any:
-        from peft import PeftModel
-
-        return self.model if isinstance(self.model, PeftModel) else None
-
-    def forward(self, adapter: str | None, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                position_ids: torch.Tensor, past_key_values: Any) -> tuple[torch.Tensor, Any]:
-        from transformers import DynamicCache
-
-        peft = self.peft
-        if adapter is None:
-            ctx = peft.disable_adapter() if peft is not None else contextlib.nullcontext()
-        else:
-            peft.set_adapter(self.adapter_slots[adapter])
-            ctx = contextlib.nullcontext()
-        with ctx, torch.inference_mode():
-            out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                             past_key_values=past_key_values if past_key_values is not None else DynamicCache(),
-                             use_cache=True, logits_to_keep=1)
-        return out.logits, out.past_key_values
-
-    def decode(self, token_ids: list[int]) -> str:
-        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
-
-    def load_adapter(self, key: str, path: Path) -> None:
-        from peft import PeftModel
-
-        self._slot_counter += 1
-        slot = f"serve{self._slot_counter}"  # PEFT module keys cannot hold every character of a key
-        if self.peft is None:
-            self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=slot, is_trainable=False)
-        else:
-            self.peft.load_adapter(str(path), adapter_name=slot, is_trainable=False)
-        old = self.adapter_slots.get(key)
-        self.adapter_slots[key] = slot
-        if old:
-            self.peft.delete_adapter(old)
-        self.model.eval()
-
-    def unload_adapter(self, key: str) -> None:
-        slot = self.adapter_slots.pop(key, None)
-        if slot and self.peft is not None:
-            self.peft.delete_adapter(slot)
 
 
 def decode_threads(device: torch.device) -> int | None:
@@ -150,7 +95,7 @@ class HFEngine(Engine):
 
     def stats(self) -> dict[str, Any]:
         return {"engine": "hf", "device": str(self.device), **self.scheduler.load(), "steps": self.scheduler.steps,
-                "tokens_generated": self.scheduler.tokens_generated, "adapters": sorted(self.runner.adapter_slots)}
+                "tokens_generated": self.scheduler.tokens_generated, "prompts_prefilled": self.scheduler.prompts_prefilled, "adapters": sorted(self.runner.adapter_slots)}
 
     # -- requests ------------------------------------------------------------------------------
     def _prepare(self, body: dict[str, Any], adapter: str | None, request_id: str,
@@ -326,19 +271,45 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def cpu_has_native_bf16() -> bool:
+    """AVX512-BF16 or AMX: bf16 matrix work runs natively (elsewhere torch emulates it, slower than fp32)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return any(flag in flags for flag in ("avx512_bf16", "amx_bf16"))
+
+
+def choose_dtype(requested: str, device: torch.device, model_path: str | Path) -> torch.dtype:
+    """`auto`: bf16 on CUDA; on CPU the checkpoint's own dtype when it is bf16 and the CPU does bf16
+    natively (SmolLM2 on 2 cores with AVX512-BF16: 1.6x the tokens/s of fp32 in serving and
+    training), else fp32 (the built-in models are stored in fp32, so tests stay exact)."""
+    if requested != "auto":
+        return getattr(torch, requested)
+    if device.type == "cuda":
+        return torch.bfloat16
+    try:
+        stored = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        stored = {}
+    if (stored.get("dtype") or stored.get("torch_dtype")) == "bfloat16" and cpu_has_native_bf16():
+        return torch.bfloat16
+    return torch.float32
+
+
 def load_hf_engine(base_model: str, model_path: str | Path, device: str = "auto", dtype: str = "auto",
                    max_batch_size: int = 256) -> HFEngine:
     """Loads a base model from a local folder or the local Hugging Face cache (never downloads)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch_device = resolve_device(device)
-    if dtype == "auto":
-        torch_dtype = torch.bfloat16 if torch_device.type == "cuda" else torch.float32
-    else:
-        torch_dtype = getattr(torch, dtype)
+    torch_dtype = choose_dtype(dtype, torch_device, model_path)
     started = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(str(model_path), local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch_dtype, local_files_only=True).to(torch_device)
     model.eval()
+    # PEFT writes this into every adapter_config.json as base_model_name_or_path: the id a user
+    # loads the base by elsewhere (e.g. the Hub id), not this machine's cache folder.
+    model.name_or_path = model.config._name_or_path = base_model
     log.info("loaded %s on %s (%s) in %.2f s", base_model, torch_device, torch_dtype, time.perf_counter() - started)
     return HFEngine(base_model, model, tokenizer, torch_device, max_batch_size=max_batch_size)

@@ -11,40 +11,16 @@ from pathlib import Path
 
 from ..config import ServerConfig
 from ..engine.base import Engine, EngineError
-from .builtin import builtin_names, builtin_path, is_builtin
 from .names import NameError_, adapter_key, split_adapter_name
+from .resolve import ModelNotFound, resolve_base_model
+
+__all__ = ["BaseModelConflict", "ModelManager", "ModelNotFound", "ServedAdapter"]
 
 log = logging.getLogger(__name__)
 
 
-class ModelNotFound(LookupError):
-    pass
-
-
 class BaseModelConflict(RuntimeError):
     pass
-
-
-def resolve_base_model_path(name: str, data_dir: Path) -> Path:
-    """A built-in model (built on first use), a local folder, or a Hugging Face id already in the
-    local cache. Nothing is downloaded."""
-    if is_builtin(name):
-        try:
-            return builtin_path(name, data_dir)
-        except KeyError as error:
-            raise ModelNotFound(str(error.args[0])) from None
-    local = Path(name).expanduser()
-    if local.is_dir():
-        return local.resolve()
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(name, local_files_only=True))
-    except Exception:
-        raise ModelNotFound(
-            f"base model {name!r} is neither a built-in model ({', '.join(builtin_names())}), a local folder, nor in the "
-            "local Hugging Face cache; download it first (e.g. `huggingface-cli download " + name + "`) or pass a path"
-        ) from None
 
 
 @dataclass
@@ -62,6 +38,7 @@ class ModelManager:
         self.base_model: str | None = None
         self.adapters: dict[str, dict[int, ServedAdapter]] = {}
         self.base_path: Path | None = None
+        self.base_source: dict = {}  # where the base model's weights came from (resolve.py)
         self.created = int(time.time())
         self._lock = asyncio.Lock()
         from ..trainer.service import TrainingService
@@ -79,10 +56,12 @@ class ModelManager:
                 return self.engine
             from ..engine.factory import create_engine
 
-            path = await asyncio.to_thread(resolve_base_model_path, name, self.config.data_dir)
-            self.engine = await create_engine(self.config, name, path)
+            resolved = await asyncio.to_thread(resolve_base_model, name, self.config.data_dir, self.config.model_cache)
+            log.info("base model %s: loading from %s", name, resolved.describe())
+            self.engine = await create_engine(self.config, name, resolved.path)
             self.base_model = name
-            self.base_path = path
+            self.base_path = resolved.path
+            self.base_source = resolved.source
             # The model, tokenizer and libraries live as long as the server: keep the garbage
             # collector from rescanning them (a full collection took ~0.1 s under load).
             gc.freeze()
@@ -148,7 +127,8 @@ class ModelManager:
     def listing(self) -> list[dict]:
         if self.base_model is None:
             return []
-        cards = [{"id": self.base_model, "created": self.created, "root": self.base_model, "parent": None}]
+        cards = [{"id": self.base_model, "created": self.created, "root": self.base_model, "parent": None,
+                  "source": self.base_source}]
         for name, steps in sorted(self.adapters.items()):
             latest = max(steps)
             for step, adapter in sorted(steps.items()):

@@ -1,0 +1,68 @@
+"""Forward passes of a base model with one LoRA adapter (or none) chosen per call: what the
+scheduler drives and the trainer shares. Needs only torch, transformers and peft."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..compat import cache_kwargs, output_cache
+
+
+class HFModelRunner:
+    """Forward passes of the base model with one adapter (or none) chosen per call."""
+
+    def __init__(self, model: Any, tokenizer: Any, device: torch.device):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = device
+        self.adapter_slots: dict[str, str] = {}  # public key (e.g. "agent@3") -> PEFT adapter name
+        self._slot_counter = 0
+
+    @property
+    def peft(self) -> Any:
+        from peft import PeftModel
+
+        return self.model if isinstance(self.model, PeftModel) else None
+
+    def forward(self, adapter: str | None, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                position_ids: torch.Tensor, past_key_values: Any) -> tuple[torch.Tensor, Any]:
+        from transformers import DynamicCache
+
+        peft = self.peft
+        if adapter is None:
+            ctx = peft.disable_adapter() if peft is not None else contextlib.nullcontext()
+        else:
+            peft.set_adapter(self.adapter_slots[adapter])
+            ctx = contextlib.nullcontext()
+        with ctx, torch.inference_mode():
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                             **cache_kwargs(self.model, past_key_values if past_key_values is not None else DynamicCache()),
+                             use_cache=True, logits_to_keep=1)
+        return out.logits, output_cache(out)
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    def load_adapter(self, key: str, path: Path) -> None:
+        from peft import PeftModel
+
+        self._slot_counter += 1
+        slot = f"serve{self._slot_counter}"  # PEFT module keys cannot hold every character of a key
+        if self.peft is None:
+            self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=slot, is_trainable=False)
+        else:
+            self.peft.load_adapter(str(path), adapter_name=slot, is_trainable=False)
+        old = self.adapter_slots.get(key)
+        self.adapter_slots[key] = slot
+        if old:
+            self.peft.delete_adapter(old)
+        self.model.eval()
+
+    def unload_adapter(self, key: str) -> None:
+        slot = self.adapter_slots.pop(key, None)
+        if slot and self.peft is not None:
+            self.peft.delete_adapter(slot)
