@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
+from .allocator import keep_freed_memory
 from .config import ServerConfig, parse_args
 
 
@@ -113,6 +114,7 @@ async def serve(config: ServerConfig, log_config: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    keep_freed_memory()
     config = parse_args(argv)
     log_config = configure_logging(config.log_level)
     config.data_dir.mkdir(parents=True, exist_ok=True)

@@ -71,3 +71,32 @@ def test_joining_and_trimming_do_not_change_what_a_seeded_sequence_samples(engin
     batched, _ = _run(engine, prompts, max_tokens, overlap=8)
     alone, _ = _run(engine, prompts, max_tokens, overlap=1)
     assert batched == alone
+
+
+def _submit_together(engine, prompts: list[list[int]], max_tokens: int, seeds: list[int]) -> list[Sequence]:
+    """All sequences in one submission, so they are admitted (and prefilled) as one batch."""
+    done = threading.Semaphore(0)
+    seqs = [Sequence(f"t{seed}", 0, None, p, max_tokens, RowParams(generator=_seed_generator(seed, 0, engine.device)),
+                     lambda e: isinstance(e, FinishEvent) and done.release(), stream=False) for p, seed in zip(prompts, seeds)]
+    engine.scheduler.submit(seqs)
+    for _ in seqs:
+        assert done.acquire(timeout=60)
+    return seqs
+
+
+def test_a_shared_system_prefix_and_repeated_prompts_are_prefilled_once_and_sample_the_same(engine):
+    tok = engine.tokenizer
+    system = "You play tic-tac-toe as X. Reply with one empty cell name, like B2. Nothing else at all."
+    boards = [f"Board {i}: " + " ".join(f"C{j}" for j in range(i + 1)) for i in range(4)]
+    prompts = [tok.apply_chat_template([{"role": "system", "content": system}, {"role": "user", "content": b}],
+                                       add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+               for b in boards for _ in range(2)]  # each prompt twice, like the rollouts of a group
+    common = next(n for n in range(min(map(len, prompts))) if len({tuple(p[:n + 1]) for p in prompts}) > 1)
+    before = (engine.scheduler.prompts_prefilled, engine.scheduler.tokens_prefilled)
+    together = _submit_together(engine, prompts, 8, list(range(len(prompts))))
+    assert engine.scheduler.prompts_prefilled - before[0] == 4
+    assert engine.scheduler.tokens_prefilled - before[1] == common + sum(len(p) - common for p in prompts[::2])
+    for i, prompt in enumerate(prompts):
+        alone = _submit_together(engine, [prompt], 8, [i])[0]
+        assert together[i].generated == alone.generated
+        assert max(abs(a - b) for a, b in zip(together[i].logprobs, alone.logprobs)) < 1e-5

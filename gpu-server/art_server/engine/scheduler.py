@@ -117,6 +117,8 @@ class BatchScheduler:
         self._stopped = False
         self.steps = 0
         self.tokens_generated = 0
+        self.prompts_prefilled = 0  # distinct prompts run (rows that shared one are not counted again)
+        self.tokens_prefilled = 0  # prompt tokens run through the model (a shared prefix counts once)
         self._thread = threading.Thread(target=self._loop, name="art-engine", daemon=True)
         self._thread.start()
 
@@ -304,19 +306,47 @@ class BatchScheduler:
         running.seqs = running.seqs + new.seqs
 
     def _prefill(self, batch: _Batch) -> torch.Tensor:
+        """Runs each distinct prompt once (the n choices of a request, and the rollouts of a group that
+        arrive together, share theirs), and the prefix all of them share (a system message) only once,
+        then gives every row its prompt's cache."""
         device = self.runner.device
-        width = max(len(s.prompt_ids) for s in batch.seqs)
-        ids = torch.full((len(batch.seqs), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(batch.seqs), width), dtype=torch.long)
-        for row, seq in enumerate(batch.seqs):  # left padding: every row's next token is at the end
-            ids[row, width - len(seq.prompt_ids):] = torch.tensor(seq.prompt_ids)
-            mask[row, width - len(seq.prompt_ids):] = 1
+        distinct: dict[tuple[int, ...], int] = {}
+        row_prompt = [distinct.setdefault(tuple(s.prompt_ids), len(distinct)) for s in batch.seqs]
+        prompts = list(distinct)
+        common = _common_prefix(prompts) if len(prompts) > 1 else 0
+        if common < MIN_SHARED_PREFIX:
+            common = 0
+        cache = None
+        if common:  # the shared prefix, once, then its cache for every prompt
+            ids = torch.tensor([prompts[0][:common]], device=device)
+            ones = torch.ones_like(ids)
+            _, cache = self.runner.forward(batch.adapter, ids, ones, torch.arange(common, device=device)[None], None)
+            for layer in cache.layers:
+                layer.keys = layer.keys.expand(len(prompts), -1, -1, -1)
+                layer.values = layer.values.expand(len(prompts), -1, -1, -1)
+        width = max(len(p) for p in prompts) - common
+        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):  # left padding: every row's next token is at the end
+            ids[row, width - len(prompt) + common:] = torch.tensor(prompt[common:])
+            mask[row, width - len(prompt) + common:] = 1
         ids, mask = ids.to(device), mask.to(device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits, batch.cache = self.runner.forward(batch.adapter, ids, mask, positions, None)
+        positions = common + (mask.cumsum(-1) - 1).clamp(min=0)
+        mask = torch.cat([torch.ones((len(prompts), common), dtype=torch.long, device=device), mask], dim=1)
+        logits, cache = self.runner.forward(batch.adapter, ids, mask, positions, cache)
+        logits = logits[:, -1, :]
+        if len(prompts) < len(batch.seqs):
+            index = torch.tensor(row_prompt, device=device)
+            for layer in cache.layers:
+                layer.keys = layer.keys.index_select(0, index)
+                layer.values = layer.values.index_select(0, index)
+            logits, mask, positions = logits.index_select(0, index), mask.index_select(0, index), positions.index_select(0, index)
+        self.prompts_prefilled += len(prompts)
+        self.tokens_prefilled += common + sum(len(p) - common for p in prompts)
+        batch.cache = cache
         batch.mask = mask
         batch.positions = positions[:, -1:]
-        return logits[:, -1, :]
+        return logits
 
     def _step(self, batch: _Batch) -> torch.Tensor:
         batch.mask = torch.cat([batch.mask, torch.ones_like(batch.mask[:, :1])], dim=-1)
@@ -331,6 +361,20 @@ class BatchScheduler:
         for queue in self._pending.values():
             for seq in queue:
                 seq.emit(ErrorEvent(seq.index, message))
+
+
+MIN_SHARED_PREFIX = 8  # shorter common prefixes are not worth a forward of their own
+
+
+def _common_prefix(prompts: list[tuple[int, ...]]) -> int:
+    """Tokens every prompt starts with, leaving each at least one token of its own (its last
+    position's logits pick the first sampled token)."""
+    limit = min(len(p) for p in prompts) - 1
+    n = 0
+    first = prompts[0]
+    while n < limit and all(p[n] == first[n] for p in prompts[1:]):
+        n += 1
+    return n
 
 
 def _left_pad(t: torch.Tensor, width: int, dim: int = 1) -> torch.Tensor:

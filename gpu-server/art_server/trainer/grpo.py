@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .logprobs import pad_batch, token_logprobs
+from .logprobs import Batch, pad_batch, token_logprobs
 from .lora import LoraHost
 from .loss import grpo_token_loss, group_advantages
 from .sequences import MissingTokens, Sequence, build_sequences, sampled_turns
@@ -32,7 +32,7 @@ class GRPOConfig:
     scale_rewards: bool = True
     importance_sampling: str = "token"  # token | sequence
     max_grad_norm: float = 1.0
-    micro_batch_size: int = 8
+    micro_batch_size: int = 16
     gradient_steps: int = 1
     temperature: float = 1.0
     max_sequence_length: int | None = None
@@ -127,6 +127,9 @@ def train_step(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer, prep
     started = time.perf_counter()
     chunks = _chunks(prepared.items, config.gradient_steps)
     for k, chunk in enumerate(chunks):
+        # Rows with the same prompt side by side: a micro-batch then shares its prompt (run once, see
+        # logprobs.py) and holds rows of similar length (little padding). The sum is order-free.
+        chunk = sorted(chunk, key=lambda it: it.sequence.input_ids)
         # Renormalise so each gradient step averages over the trajectories it holds.
         weight_scale = 1.0 / sum(it.weight * it.sequence.trained_tokens for it in chunk)
         stats = Counter()
@@ -161,20 +164,14 @@ def train_step(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer, prep
     }
 
 
-def _micro_step(host: LoraHost, batch: dict[str, torch.Tensor], micro: list[TrainItem], config: GRPOConfig,
+def _micro_step(host: LoraHost, batch: Batch, micro: list[TrainItem], config: GRPOConfig,
                 weight_scale: float) -> Counter:
     model = host.model
-    trained = batch["trained"]
-    predicting = torch.zeros_like(trained)
-    predicting[:, :-1] = trained[:, 1:]
-    keep = predicting.any(dim=0).nonzero().squeeze(-1)
-    rows = predicting[:, keep]
     # Per-token tensors in the same flat order as token_logprobs returns them.
-    old = batch["old"][:, keep + 1][rows]
-    per_row = lambda values: torch.tensor(values, dtype=torch.float32, device=host.device)[:, None].expand_as(rows)[rows]  # noqa: E731
-    advantages = per_row([it.advantage for it in micro])
-    weights = per_row([it.weight * weight_scale for it in micro])
-    seq_index = torch.arange(len(micro), device=host.device)[:, None].expand_as(rows)[rows]
+    seq_index = batch.token_rows
+    old = batch.old_logprobs()
+    advantages = torch.tensor([it.advantage for it in micro], dtype=torch.float32, device=host.device)[seq_index]
+    weights = torch.tensor([it.weight * weight_scale for it in micro], dtype=torch.float32, device=host.device)[seq_index]
     new, entropy = token_logprobs(model, batch, config.temperature, with_entropy=True)
     ref = None
     if config.kl_coef:
@@ -184,5 +181,5 @@ def _micro_step(host: LoraHost, batch: dict[str, torch.Tensor], micro: list[Trai
                             eps_high=config.eps_high, importance_sampling=config.importance_sampling, ref_lp=ref,
                             kl_coef=config.kl_coef)
     terms.loss.backward()
-    return Counter({"loss": float(terms.loss), "clipped": float(terms.clipped), "approx_kl": float(terms.approx_kl_policy),
+    return Counter({"loss": float(terms.loss.detach()), "clipped": float(terms.clipped), "approx_kl": float(terms.approx_kl_policy),
                     "kl_ref": float(terms.kl_ref), "entropy": float(entropy.sum()), "tokens": int(new.numel())})

@@ -1,48 +1,169 @@
-"""Policy logprobs of the trained tokens of a padded micro-batch, computing the lm_head only at the
-positions that predict a trained token (vocabularies are large; sequences are long)."""
+"""Policy logprobs of the trained tokens of a micro-batch, computed without wasted work:
+
+- **a shared prompt runs once**: the rollouts of a group share their prompt (and the turns of a
+  step share a system message), so each distinct prompt of a micro-batch (or the prefix common to
+  all its rows) is run once and its KV cache is handed to every row that continues it;
+  gradients flow back through that hand-over, so the result equals running every row in full
+  (tests/test_logprobs.py checks it);
+- **the lm_head runs only where a trained token is predicted**, on the gathered hidden states
+  (no logits for padding, prompts or other rows' positions), in chunks, each recomputed in the
+  backward pass instead of keeping a [tokens, vocabulary] tensor alive.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
+from ..compat import cache_kwargs, output_cache
 from .sequences import Sequence
 
+MIN_SHARED_PREFIX = 8  # shorter prompts are not worth a separate forward
+LM_HEAD_CHUNK = 1024  # predicted positions per lm_head chunk
 
-def pad_batch(seqs: list[Sequence], pad_id: int, device: torch.device) -> dict[str, torch.Tensor]:
-    width = max(len(s.input_ids) for s in seqs)
+
+@dataclass
+class Batch:
+    """A micro-batch as two parts. The prompts: each distinct prompt once, left-padded, [K, P]. The
+    suffixes: each row's tokens after its prompt, right-padded, [B, S]; `row_prompt[b]` says which
+    prompt row b continues. `predicting[b, t]`: suffix position t predicts a trained token (t + 1).
+    With no prompt worth sharing, K is 0 and the suffixes are the whole rows."""
+
+    prompt_ids: torch.Tensor  # [K, P]
+    prompt_mask: torch.Tensor  # [K, P]
+    row_prompt: torch.Tensor  # [B]
+    prompt_lengths: torch.Tensor  # [B] real prompt tokens before each row's suffix
+    input_ids: torch.Tensor  # [B, S]
+    attention_mask: torch.Tensor  # [B, S]
+    predicting: torch.Tensor  # [B, S] bool
+    old: torch.Tensor  # [B, S] sampling logprob of suffix token t (0 where untrained)
+
+    @property
+    def token_rows(self) -> torch.Tensor:
+        """For each trained token, in the order token_logprobs returns them: its row."""
+        return self.predicting.nonzero(as_tuple=True)[0]
+
+    def old_logprobs(self) -> torch.Tensor:
+        rows, cols = self.predicting.nonzero(as_tuple=True)
+        return self.old[rows, cols + 1]
+
+
+def prompt_split(seqs: list[Sequence]) -> list[int]:
+    """Where each row's shared part ends, by whichever plan runs the fewest tokens:
+    - each row's own prompt, run once per distinct prompt (the rollouts of a group);
+    - the prefix common to every row, run once (different boards after one system message);
+    - nothing shared (0 for every row).
+    A shared part stops before the position that predicts the row's first trained token (that
+    position needs the row's own hidden state)."""
+    if len(seqs) < 2:
+        return [0] * len(seqs)
+    cuts = [max(0, (s.trained.index(True) if True in s.trained else len(s.input_ids)) - 1) for s in seqs]
+    common = 0
+    first = seqs[0].input_ids
+    while common < min(cuts) and all(s.input_ids[common] == first[common] for s in seqs[1:]):
+        common += 1
+    total = sum(len(s.input_ids) for s in seqs)
+    distinct = {tuple(s.input_ids[:cut]) for s, cut in zip(seqs, cuts)}
+    plans = [([0] * len(seqs), total),
+             ([common] * len(seqs), total - common * (len(seqs) - 1))]
+    if min(cuts) >= MIN_SHARED_PREFIX:
+        plans.append((cuts, total - sum(cuts) + sum(len(p) for p in distinct)))
+    best, cost = min(plans, key=lambda plan: plan[1])
+    return best if max(best) >= MIN_SHARED_PREFIX and cost < total else [0] * len(seqs)
+
+
+def pad_batch(seqs: list[Sequence], pad_id: int, device: torch.device) -> Batch:
+    cuts = prompt_split(seqs)
+    prompts: dict[tuple[int, ...], int] = {}
+    row_prompt = [prompts.setdefault(tuple(s.input_ids[:cut]), len(prompts)) for s, cut in zip(seqs, cuts)]
+    keys = list(prompts) if any(cuts) else []
+    width = max((len(k) for k in keys), default=0)
+    prompt_ids = torch.full((len(keys), width), pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros((len(keys), width), dtype=torch.long)
+    for k, key in enumerate(keys):  # left padding: every prompt ends where its suffixes start
+        if key:
+            prompt_ids[k, width - len(key):] = torch.tensor(key)
+            prompt_mask[k, width - len(key):] = 1
+    width = max(len(s.input_ids) - cut for s, cut in zip(seqs, cuts))
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
     trained = torch.zeros((len(seqs), width), dtype=torch.bool)
     old = torch.zeros((len(seqs), width), dtype=torch.float32)
-    for row, s in enumerate(seqs):
-        n = len(s.input_ids)
-        ids[row, :n] = torch.tensor(s.input_ids)
+    for row, (s, cut) in enumerate(zip(seqs, cuts)):
+        n = len(s.input_ids) - cut
+        ids[row, :n] = torch.tensor(s.input_ids[cut:])
         mask[row, :n] = 1
-        trained[row, :n] = torch.tensor(s.trained)
-        old[row, :n] = torch.tensor(s.old_logprobs, dtype=torch.float32)
-    return {"input_ids": ids.to(device), "attention_mask": mask.to(device), "trained": trained.to(device), "old": old.to(device)}
-
-
-def token_logprobs(model: Any, batch: dict[str, torch.Tensor], temperature: float = 1.0,
-                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Logprobs (flat, in row-major order of the trained positions) of each trained token under the
-    model; token t is predicted at position t-1."""
-    trained = batch["trained"]
+        trained[row, :n] = torch.tensor(s.trained[cut:])
+        old[row, :n] = torch.tensor(s.old_logprobs[cut:], dtype=torch.float32)
     predicting = torch.zeros_like(trained)
     predicting[:, :-1] = trained[:, 1:]
-    keep = predicting.any(dim=0).nonzero().squeeze(-1)  # positions any row needs
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], logits_to_keep=keep, use_cache=False)
-    logits = out.logits.float()  # [B, len(keep), V]
+    return Batch(prompt_ids.to(device), prompt_mask.to(device), torch.tensor(row_prompt, device=device),
+                 torch.tensor(cuts, device=device), ids.to(device), mask.to(device), predicting.to(device), old.to(device))
+
+
+def _decoder_and_head(model: Any) -> tuple[Any, Any]:
+    """The transformer body (hidden states, no lm_head) and the lm_head; LoRA layers are injected in
+    place, so the body runs the active adapter."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.base_model, base.get_output_embeddings()
+
+
+def hidden_states(model: Any, batch: Batch) -> torch.Tensor:
+    """Final hidden states of every row's suffix: [B, S, H]."""
+    decoder, _ = _decoder_and_head(model)
+    if not len(batch.prompt_ids):
+        return decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).last_hidden_state
+    from transformers import DynamicCache
+
+    positions = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)
+    prompts = decoder(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask, position_ids=positions,
+                      use_cache=True, **cache_kwargs(decoder, DynamicCache()))
+    cache = output_cache(prompts)
+    for layer in cache.layers:  # each row sees its prompt's keys and values (gradients flow back)
+        layer.keys = layer.keys.index_select(0, batch.row_prompt)
+        layer.values = layer.values.index_select(0, batch.row_prompt)
+    rows, width = batch.input_ids.shape
+    positions = batch.prompt_lengths[:, None] + torch.arange(width, device=batch.input_ids.device)[None]
+    mask = torch.cat([batch.prompt_mask.index_select(0, batch.row_prompt), batch.attention_mask], dim=1)
+    out = decoder(input_ids=batch.input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                  **cache_kwargs(decoder, cache))
+    return out.last_hidden_state
+
+
+def _chunk_logprobs(head: Any, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
+                    with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = head(hidden).float()
     if temperature != 1.0:
         logits = logits / temperature
-    logp = torch.log_softmax(logits, dim=-1)
-    targets = batch["input_ids"][:, keep + 1]
-    picked = logp.gather(-1, targets[..., None]).squeeze(-1)  # [B, len(keep)]
-    rows = predicting[:, keep]
-    entropy = None
-    if with_entropy:  # a diagnostic only: no graph
-        with torch.no_grad():
-            entropy = -(logp.exp() * logp).sum(-1)[rows]
-    return picked[rows], entropy
+    logp = F.log_softmax(logits, dim=-1)
+    picked = logp.gather(-1, targets[:, None]).squeeze(-1)
+    if not with_entropy:
+        return picked, picked.new_zeros(0)
+    with torch.no_grad():  # a diagnostic only
+        entropy = -(logp.exp() * logp).sum(-1)
+    return picked, entropy
+
+
+def token_logprobs(model: Any, batch: Batch, temperature: float = 1.0,
+                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logprobs (flat, row-major over the trained positions) of each trained token under the model;
+    token t is predicted at position t-1. With `with_entropy`, also the entropy at each position."""
+    _, head = _decoder_and_head(model)
+    hidden = hidden_states(model, batch)
+    rows, cols = batch.predicting.nonzero(as_tuple=True)
+    gathered = hidden[rows, cols]  # [N, H]
+    targets = batch.input_ids[rows, cols + 1]
+    picked, entropies = [], []
+    for start in range(0, len(targets), LM_HEAD_CHUNK):
+        h, t = gathered[start:start + LM_HEAD_CHUNK], targets[start:start + LM_HEAD_CHUNK]
+        if len(targets) > LM_HEAD_CHUNK and torch.is_grad_enabled():  # recompute in backward: bounded memory
+            lp, ent = checkpoint(_chunk_logprobs, head, h, t, temperature, with_entropy, use_reentrant=False)
+        else:
+            lp, ent = _chunk_logprobs(head, h, t, temperature, with_entropy)
+        picked.append(lp)
+        entropies.append(ent)
+    return torch.cat(picked), (torch.cat(entropies) if with_entropy else None)

@@ -27,7 +27,7 @@ class SFTConfig:
     warmup_ratio: float = 0.1
     train_on: str = "all_assistant"  # all_assistant | last_assistant
     max_grad_norm: float = 1.0
-    micro_batch_size: int = 8
+    micro_batch_size: int = 16
     seed: int = 0
 
 
@@ -76,7 +76,9 @@ def train_sft(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer, seque
         order = list(range(len(sequences)))
         rng.shuffle(order)
         for b in range(per_epoch):
-            batch_seqs = [sequences[i] for i in order[b * config.batch_size:(b + 1) * config.batch_size]]
+            # Sorted within the batch: micro-batches share prefixes and lengths (see grpo.train_step).
+            batch_seqs = sorted((sequences[i] for i in order[b * config.batch_size:(b + 1) * config.batch_size]),
+                                key=lambda s: s.input_ids)
             tokens = sum(s.trained_tokens for s in batch_seqs)
             lr = lr_at(step, total, config)
             for group in optimizer.param_groups:
