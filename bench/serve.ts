@@ -1,13 +1,16 @@
-// Serving benchmark: starts the gpu-server on builtin:tiny and drives it with the official
-// `openai` client at concurrency 1, 8, 64 and 256; measures generated tokens/s, p50/p95 latency and
-// errors, and the server's overhead against the engine called directly (bench/serve_engine_direct.py).
-// Prints a table and writes raw data to .artifacts/bench/serve.json.
+// Serving benchmark: starts the gpu-server on the default base model (SmolLM2-135M-Instruct; or
+// --model builtin:tiny) and drives it with the official `openai` client at concurrency 1, 8 and 32;
+// measures generated tokens/s, p50/p95 latency and errors, and the server's overhead against the
+// engine called directly (bench/serve_engine_direct.py). Then a group's rollouts: 8 requests that
+// share one prompt against 8 with different prompts of the same length, arriving together (the
+// shared prompt is prefilled once). Prints tables and writes raw data to .artifacts/bench/serve.json.
 //
 // A shared 2-core machine drifts by ±20% over tens of seconds, so nothing is measured in one block:
 // the levels take turns, round after round, and each level's tokens/s is its median round; the
 // overhead alternates blocks of HTTP requests with blocks of the same requests on the engine alone.
 //
-//   npm run bench:serve [-- --rounds 5 --requests-per-level 768 --max-tokens 16 --levels 1,8,64,256]
+//   npm run bench:serve [-- --rounds 3 --requests-per-level 192 --max-tokens 16 --levels 1,8,32]
+//   npm run bench:serve -- --model builtin:tiny --levels 1,8,64,256 --requests-per-level 768 --rounds 5
 import { spawn } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
@@ -19,17 +22,19 @@ const ROOT = path.resolve(__dirname, "..");
 const PYTHON = path.join(ROOT, ".venv", "bin", "python");
 const { values } = parseArgs({
   options: {
-    "requests-per-level": { type: "string", default: "768" },
+    "requests-per-level": { type: "string", default: "192" },
     "max-tokens": { type: "string", default: "16" },
-    levels: { type: "string", default: "1,8,64,256" },
-    rounds: { type: "string", default: "5" },
-    model: { type: "string", default: "builtin:tiny" },
+    levels: { type: "string", default: "1,8,32" },
+    rounds: { type: "string", default: "3" },
+    model: { type: "string", default: "HuggingFaceTB/SmolLM2-135M-Instruct" },
   },
 });
 const MAX_TOKENS = Number(values["max-tokens"]);
 const LEVELS = values.levels.split(",").map(Number);
 const ROUNDS = Number(values.rounds);
-const MESSAGES = [{ role: "user" as const, content: "Name an empty cell." }];
+const SYSTEM = { role: "system" as const, content: "You play tic-tac-toe as X. Reply with one empty cell name, like B2." };
+const MESSAGES = [SYSTEM, { role: "user" as const, content: "A1 X  A3\nB1 O  B3\nC1 C2 C3\nYour move?" }];
+const MODEL_CACHE = process.env.ART_MODEL_CACHE ?? path.join(__dirname, "..", ".art", "models");
 
 interface Round {
   requests: number;
@@ -46,6 +51,7 @@ interface Round {
 interface EngineStats {
   steps: number;
   tokens_generated: number;
+  prompts_prefilled: number;
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
@@ -66,7 +72,8 @@ function lineProcess(args: string[]) {
 }
 
 async function startServer(dataDir: string) {
-  const server = lineProcess(["-m", "art_server", "--base-model", values.model, "--port", "0", "--data-dir", dataDir, "--log-level", "warning"]);
+  const server = lineProcess(["-m", "art_server", "--base-model", values.model, "--port", "0", "--data-dir", dataDir,
+    "--model-cache", MODEL_CACHE, "--log-level", "warning"]);
   const ready = JSON.parse(await server.next()) as { url: string; token: string };
   const stats = async (): Promise<EngineStats> =>
     (await (await fetch(`${ready.url}/v1/engine/stats`, { headers: { authorization: `Bearer ${ready.token}` } })).json()) as EngineStats;
@@ -122,7 +129,7 @@ async function main() {
   const dataDir = path.join(ROOT, ".artifacts", "bench", "data");
   const server = await startServer(dataDir);
   const direct = lineProcess([path.join(ROOT, "bench", "serve_engine_direct.py"), "--max-tokens", String(MAX_TOKENS),
-    "--data-dir", dataDir, "--model", values.model]);
+    "--data-dir", dataDir, "--model-cache", MODEL_CACHE, "--model", values.model, "--messages", JSON.stringify(MESSAGES)]);
   const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: server.token, maxRetries: 0, timeout: 120_000 });
   try {
     await direct.next(); // loaded and warmed up
@@ -155,6 +162,23 @@ async function main() {
       engineTokens.push(...answer.tokens);
     }
     const sameTokens = engineTokens.every((t, i) => t === httpTokens[i]);
+
+    // A group's rollouts: 8 requests at once that share a prompt (GRPO's case) against 8 whose
+    // prompts differ (same length), alternating; the server prefills a shared prompt once.
+    const groupTimes: Record<"shared" | "distinct", number[]> = { shared: [], distinct: [] };
+    const prefilled: Record<"shared" | "distinct", number[]> = { shared: [], distinct: [] };
+    for (let block = 0; block < ROUNDS * 2; block++) {
+      for (const kind of ["shared", "distinct"] as const) {
+        const before = await server.stats();
+        const t0 = performance.now();
+        await Promise.all(Array.from({ length: 8 }, (_, i) => client.chat.completions.create({
+          model: values.model, max_tokens: MAX_TOKENS, seed: block * 100 + i,
+          messages: [SYSTEM, { role: "user", content: `A1 X  A3\nB1 O  B3\nC1 C2 C3\nYour move, ${kind === "shared" ? "player" : `play${String.fromCharCode(97 + i)}r`}?` }],
+        })));
+        groupTimes[kind].push((performance.now() - t0) / 1000);
+        prefilled[kind].push((await server.stats()).prompts_prefilled - before.prompts_prefilled);
+      }
+    }
     const overhead = (median(http) - median(engine)) / median(http);
 
     const base = results.find((r) => r.concurrency === 1)?.tokensPerSecond ?? NaN;
@@ -170,9 +194,14 @@ async function main() {
     console.log(`\nconcurrency 1, ${http.length} seeded requests in alternating blocks: HTTP median ${(median(http) * 1000).toFixed(2)} ms, ` +
       `engine direct median ${(median(engine) * 1000).toFixed(2)} ms -> server overhead ${(overhead * 100).toFixed(1)}%` +
       ` (same tokens generated: ${sameTokens})`);
+    console.log(`\na group of 8 requests arriving together, max_tokens ${MAX_TOKENS}, ${ROUNDS * 2} alternating blocks: ` +
+      `one shared prompt ${(median(groupTimes.shared) * 1000).toFixed(0)} ms (prompts prefilled: ${median(prefilled.shared)}), ` +
+      `8 different prompts ${(median(groupTimes.distinct) * 1000).toFixed(0)} ms (prompts prefilled: ${median(prefilled.distinct)}) ` +
+      `-> ${(median(groupTimes.distinct) / median(groupTimes.shared)).toFixed(2)}x`);
     const out = path.join(outDir, "serve.json");
     fs.writeFileSync(out, JSON.stringify({ model: values.model, maxTokens: MAX_TOKENS, rounds: ROUNDS, results,
-      overhead: { http_s: http, httpTokens, engine_s: engine, engineTokens, overhead } }, null, 2));
+      overhead: { http_s: http, httpTokens, engine_s: engine, engineTokens, overhead },
+      group: { seconds: groupTimes, promptsPrefilled: prefilled } }, null, 2));
     console.log(`raw data: ${path.relative(ROOT, out)}`);
   } finally {
     server.stop();

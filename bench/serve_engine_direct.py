@@ -17,18 +17,22 @@ from art_server.chat.prompt import prompt_token_ids
 from art_server.engine.hf import _seed_generator, load_hf_engine
 from art_server.engine.sampling import RowParams
 from art_server.engine.scheduler import FinishEvent, Sequence
-from art_server.models.manager import resolve_base_model_path
+from art_server.allocator import keep_freed_memory
+from art_server.models.resolve import resolve_base_model
 
 
 async def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--model", default="builtin:tiny")
+    p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
     p.add_argument("--data-dir", default=".art")
+    p.add_argument("--model-cache", default=None)
     p.add_argument("--max-tokens", type=int, default=16)
-    p.add_argument("--message", default="Name an empty cell.")
+    p.add_argument("--messages", default='[{"role": "user", "content": "Name an empty cell."}]', help="JSON")
     a = p.parse_args()
-    engine = load_hf_engine(a.model, resolve_base_model_path(a.model, Path(a.data_dir)), device="cpu")
-    prompt = prompt_token_ids(engine.tokenizer, [{"role": "user", "content": a.message}], None)
+    keep_freed_memory()  # as the server does
+    path = resolve_base_model(a.model, Path(a.data_dir), Path(a.model_cache) if a.model_cache else None).path
+    engine = load_hf_engine(a.model, path, device="cpu")
+    prompt = prompt_token_ids(engine.tokenizer, json.loads(a.messages), None)
     loop = asyncio.get_running_loop()
 
     async def one(seed: int) -> tuple[float, int]:

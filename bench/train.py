@@ -1,9 +1,14 @@
-"""Training benchmark: the same tiny model trained on the same fixed trajectories with this
-project's GRPO trainer and with trl's GRPOTrainer (whose `rollout_func` takes precomputed ids and
-logprobs), printing trained completion tokens/s for both and their ratio; then, through the real
-server over HTTP, the time from "step trained" to "new adapter serving" (save + reload).
+"""Training benchmark, on the default base model (SmolLM2-135M-Instruct) unless --model says otherwise.
 
-    npm run bench:train [-- --groups 8 --steps 10]
+1. Trainer throughput: the same fixed trajectories (G groups x S rollouts, a chat prompt shared by
+   each group, T completion tokens) trained with this project's GRPO trainer and with trl's
+   GRPOTrainer (whose `rollout_func` takes precomputed ids and logprobs), in fp32 and in bf16, in
+   this one run: trained completion tokens/s and the ratio.
+2. A cookbook step through the real server over HTTP (tic-tac-toe-shaped: a system message and a
+   board, a few tokens per answer): where its time goes (rollout, tokenize, forward/backward,
+   save, reload), and the time from "step trained" to "new adapter serving".
+
+    npm run bench:train [-- --steps 5 --model builtin:tiny]
 
 Raw data: .artifacts/bench/train.json
 """
@@ -13,9 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -24,30 +31,28 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "gpu-server" / "tests"))
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def fixed_groups(model, tok, groups: int, size: int, tokens: int, seed: int) -> list[dict]:
-    """Prompts, sampled completions with their logprobs, and fixed rewards (the same for both trainers)."""
-    g = torch.Generator().manual_seed(seed)
+def fixed_groups(base_path: Path, groups: int, size: int, tokens: int, seed: int) -> list[dict]:
+    """Prompts, completions with the policy's logprobs of them, and fixed rewards (the same for both
+    trainers). Completions are random tokens: the work of a step does not depend on which they are."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(base_path)
+    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+    rng = random.Random(seed)
     out = []
     for k in range(groups):
-        messages = [{"role": "user", "content": f"Board {k}: name an empty cell."}]
+        messages = [{"role": "system", "content": "You play tic-tac-toe as X. Reply with one empty cell name, like B2."},
+                    {"role": "user", "content": f"Board {k}:\nA1 X  A3\nB1 O  B3\nC1 C2 C3\nYour move?"}]
         prompt = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
-        completions, logprobs = [], []
-        for _ in range(size):
-            ids, lps = list(prompt), []
-            with torch.no_grad():
-                for _ in range(tokens):
-                    logits = model(input_ids=torch.tensor([ids])).logits[0, -1].float()
-                    lp = torch.log_softmax(logits, -1)
-                    t = int(torch.multinomial(lp.exp(), 1, generator=g))
-                    ids.append(t)
-                    lps.append(float(lp[t]))
-            completions.append(ids[len(prompt):])
-            logprobs.append(lps)
-        rewards = [float(torch.rand(1, generator=g)) for _ in range(size)]
-        out.append({"messages": messages, "prompt_ids": prompt, "completions": completions, "logprobs": logprobs,
-                    "rewards": rewards})
+        completions = [[rng.randrange(len(tok)) for _ in range(tokens)] for _ in range(size)]
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([prompt + c for c in completions])).logits[:, len(prompt) - 1:-1].float()
+        picked = torch.log_softmax(logits, -1).gather(-1, torch.tensor(completions)[..., None]).squeeze(-1)
+        out.append({"messages": messages, "prompt_ids": prompt, "completions": completions, "logprobs": picked.tolist(),
+                    "rewards": [rng.random() for _ in range(size)]})
     return out
 
 
@@ -58,7 +63,7 @@ def as_groups(data: list[dict]) -> list[list[dict]]:
               "reward": r} for c, lp, r in zip(d["completions"], d["logprobs"], d["rewards"])] for d in data]
 
 
-def bench_ours(base_path: Path, data: list[dict], steps: int, micro_batch: int) -> dict:
+def bench_ours(base_path: Path, data: list[dict], steps: int, dtype: str) -> dict:
     from transformers import AutoModelForCausalLM
 
     from art_server.models.trainable import LoraSpec, make_optimizer
@@ -67,17 +72,17 @@ def bench_ours(base_path: Path, data: list[dict], steps: int, micro_batch: int) 
 
     class Holder:
         device = torch.device("cpu")
-        model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(base_path, dtype=DTYPES[dtype])
 
     host = LoraHost(Holder())
     host.add_slot("bench", LoraSpec().peft_config())
     optimizer = make_optimizer(host, "bench")
     groups = as_groups(data)
-    config = GRPOConfig(learning_rate=1e-4, micro_batch_size=micro_batch, scale_rewards=True)
+    config = GRPOConfig(learning_rate=1e-5)
     times, tokens = [], 0
     for i in range(steps + 1):
         started = time.perf_counter()
-        prepared = prepare(groups, config, 2048)
+        prepared = prepare(groups, config, 8192)
         result = train_step(host, "bench", optimizer, prepared, config, 0)
         if i:  # the first step warms up
             times.append(time.perf_counter() - started)
@@ -85,21 +90,21 @@ def bench_ours(base_path: Path, data: list[dict], steps: int, micro_batch: int) 
     return {"seconds": sum(times), "tokens": tokens, "tokens_per_s": tokens / sum(times), "step_s": statistics.median(times)}
 
 
-def bench_trl(base_path: Path, data: list[dict], steps: int, micro_batch: int, out_dir: Path) -> dict:
+def bench_trl(base_path: Path, data: list[dict], steps: int, dtype: str, out_dir: Path) -> dict:
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     size = len(data[0]["completions"])
-    by_prompt = {d["messages"][0]["content"]: d for d in data}
+    by_prompt = {d["messages"][1]["content"]: d for d in data}
 
     def rollout(prompts, trainer):
         # trl's sampler repeats each prompt num_generations times: hand out that group's
         # completions in order (all of them when a prompt comes once).
         out = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "fixed_reward": []}
         seen: dict[str, int] = {}
-        keys = [p[0]["content"] if isinstance(p, list) else p for p in prompts]
+        keys = [p[-1]["content"] if isinstance(p, list) else p for p in prompts]
         for key in keys:
             d = by_prompt[key]
             picks = range(size) if keys.count(key) == 1 else [seen.get(key, 0) % size]
@@ -128,13 +133,13 @@ def bench_trl(base_path: Path, data: list[dict], steps: int, micro_batch: int, o
     dataset = Dataset.from_list([{"prompt": d["messages"]} for d in data])
     tok = AutoTokenizer.from_pretrained(base_path)
     config = GRPOConfig(
-        output_dir=str(out_dir / "trl"), learning_rate=1e-4, per_device_train_batch_size=size * len(data),
+        output_dir=str(out_dir / "trl"), learning_rate=1e-5, per_device_train_batch_size=size * len(data),
         num_generations=size, max_completion_length=len(data[0]["completions"][0]), max_steps=steps + 1,
         gradient_accumulation_steps=1, logging_steps=10_000, save_strategy="no", report_to=[], use_cpu=True,
         bf16=False, fp16=False, beta=0.0, num_iterations=1, shuffle_dataset=False, dataloader_num_workers=0,
         disable_tqdm=True, seed=0,
     )
-    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=DTYPES[dtype])
     timer = Timer()
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=dataset, processing_class=tok,
                           peft_config=LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, task_type="CAUSAL_LM",
@@ -146,60 +151,98 @@ def bench_trl(base_path: Path, data: list[dict], steps: int, micro_batch: int, o
     return {"seconds": sum(times), "tokens": tokens, "tokens_per_s": tokens / sum(times), "step_s": statistics.median(times)}
 
 
-def bench_swap(data: list[dict], steps: int, out_dir: Path) -> dict:
+CELLS = [f"{r}{c}" for r in "ABC" for c in "123"]
+
+
+def cookbook_rollout(client, model: str, seed: int) -> dict:
+    """One tic-tac-toe-shaped turn (a system message and a board, 4 tokens of answer)."""
+    from rl import choice_item, sample
+
+    rng = random.Random(seed // 8)  # the 8 rollouts of a group see the same board
+    board = {c: rng.choice("XO.") for c in CELLS}
+    text = "\n".join(" ".join(c if board[c] == "." else board[c] + " " for c in (r + "1", r + "2", r + "3")) for r in "ABC")
+    messages = [{"role": "system", "content": "You play tic-tac-toe as X. Reply with one empty cell name, like B2. Nothing else."},
+                {"role": "user", "content": text}]
+    r = sample(client, model, messages, 1, 4, seed=seed, temperature=0.7)
+    choice = r["choices"][0]
+    hit = any(c in (choice["message"]["content"] or "") and board[c] == "." for c in CELLS)
+    return {"messages_and_choices": [*messages, choice_item(r, choice)], "reward": float(hit)}
+
+
+def bench_cookbook_step(model: str, steps: int, groups: int, size: int, out_dir: Path) -> dict:
+    """Steps of a cookbook loop through the server over HTTP: gather the rollouts (concurrently, as the
+    TypeScript client does), then train; the server reports where the step's time went."""
     from conftest import start_server
     from rl import step
 
-    srv = start_server(out_dir / "swap-data", "--base-model", "builtin:tiny", "--log-level", "warning")
+    srv = start_server(out_dir / f"cookbook-data-{os.getpid()}", "--base-model", model, "--log-level", "warning")
+    rows = []
     try:
-        with srv.client() as c:
-            c.post("/v1/art/models/register", json={"name": "swap", "project": "bench", "base_model": "builtin:tiny"})
-            groups = as_groups(data)
-            rows = [step(c, "swap", groups, learning_rate=1e-4)[-1]["metrics"] for _ in range(steps)]
+        with srv.client(timeout=600) as c, ThreadPoolExecutor(groups * size) as pool:
+            c.post("/v1/art/models/register", json={"name": "bench", "project": "bench", "base_model": model}).raise_for_status()
+            for s in range(steps + 1):
+                started = time.perf_counter()
+                trajectories = list(pool.map(lambda i: cookbook_rollout(c, "bench", s * 1000 + i), range(groups * size)))
+                rollout_s = time.perf_counter() - started
+                batch = [trajectories[g * size:(g + 1) * size] for g in range(groups)]
+                started = time.perf_counter()
+                metrics = step(c, "bench", batch, learning_rate=3e-4, temperature=0.7)[-1]["metrics"]
+                if s:  # the first step warms up
+                    rows.append({"rollout_s": rollout_s, "train_request_s": time.perf_counter() - started,
+                                 **{k: metrics.get(k, 0.0) for k in ("tokenize_s", "forward_backward_s", "save_s", "reload_s",
+                                                                     "tokens_trained", "sequences")}})
     finally:
         srv.stop()
-    save = [r["save_s"] for r in rows]
-    reload = [r["reload_s"] for r in rows]
-    return {"save_s": save, "reload_s": reload, "median_save_ms": statistics.median(save) * 1000,
-            "median_reload_ms": statistics.median(reload) * 1000,
-            "median_swap_ms": statistics.median(s + r for s, r in zip(save, reload)) * 1000}
+    keys = ["rollout_s", "tokenize_s", "forward_backward_s", "save_s", "reload_s", "train_request_s", "tokens_trained"]
+    return {"steps": rows, "median": {k: statistics.median(r[k] for r in rows) for k in keys}}
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--groups", type=int, default=8)
+    p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
+    p.add_argument("--groups", type=int, default=4)
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--tokens", type=int, default=16)
-    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--dtypes", default="fp32,bf16")
     a = p.parse_args()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from art_server.allocator import keep_freed_memory
+    from art_server.models.resolve import resolve_base_model
 
-    from art_server.models.builtin import builtin_path
-
+    keep_freed_memory()  # as the server does at start
     out_dir = ROOT / ".artifacts" / "bench"
     out_dir.mkdir(parents=True, exist_ok=True)
+    cache = Path(os.environ.get("ART_MODEL_CACHE") or ROOT / ".art" / "models")
+    base = resolve_base_model(a.model, out_dir / "data", cache).path
     torch.manual_seed(0)
-    base = builtin_path("builtin:tiny", out_dir / "data")
-    model = AutoModelForCausalLM.from_pretrained(base)
-    tok = AutoTokenizer.from_pretrained(base)
-    data = fixed_groups(model, tok, a.groups, a.group_size, a.tokens, seed=0)
-    batch = a.groups * a.group_size
-    ours = bench_ours(base, data, a.steps, micro_batch=batch)
-    theirs = bench_trl(base, data, a.steps, batch, out_dir)
-    swap = bench_swap(data, a.steps, out_dir)
+    data = fixed_groups(base, a.groups, a.group_size, a.tokens, seed=0)
+    trainers = {}
+    for dtype in a.dtypes.split(","):
+        trainers[dtype] = {"ours": bench_ours(base, data, a.steps, dtype), "trl": bench_trl(base, data, a.steps, dtype, out_dir)}
+    cookbook = bench_cookbook_step(a.model, a.steps, a.groups, a.group_size, out_dir)
     import trl
 
-    print(f"\nTraining benchmark: builtin:tiny, LoRA r=8 on all projections, {a.groups} groups x {a.group_size} "
-          f"trajectories x {a.tokens} tokens per step, {a.steps} timed steps, CPU\n")
-    print("| trainer | trained tokens/s | median step |")
-    print("| --- | ---: | ---: |")
-    print(f"| art-server GRPO | {ours['tokens_per_s']:.0f} | {ours['step_s'] * 1000:.1f} ms |")
-    print(f"| trl {trl.__version__} GRPOTrainer (rollout_func) | {theirs['tokens_per_s']:.0f} | {theirs['step_s'] * 1000:.1f} ms |")
-    print(f"\nratio art-server / trl: {ours['tokens_per_s'] / theirs['tokens_per_s']:.2f}x")
-    print(f"step trained -> new adapter serving (over HTTP, median of {a.steps}): {swap['median_swap_ms']:.1f} ms "
-          f"(save {swap['median_save_ms']:.1f} ms, load into serving {swap['median_reload_ms']:.1f} ms)")
+    prompt = len(data[0]["prompt_ids"])
+    print(f"\nTraining benchmark: {a.model}, LoRA r=8 on all projections, {a.groups} groups x {a.group_size} trajectories "
+          f"({prompt}-token prompt shared by a group, {a.tokens} completion tokens), {a.steps} timed steps after one warm-up, "
+          f"CPU ({torch.get_num_threads()} threads)\n")
+    print("| dtype | trainer | trained tokens/s | median step | ratio |")
+    print("| --- | --- | ---: | ---: | ---: |")
+    for dtype, r in trainers.items():
+        ratio = r["ours"]["tokens_per_s"] / r["trl"]["tokens_per_s"]
+        print(f"| {dtype} | art-server GRPO | {r['ours']['tokens_per_s']:.0f} | {r['ours']['step_s']:.2f} s | **{ratio:.2f}x** |")
+        print(f"| {dtype} | trl {trl.__version__} GRPOTrainer (rollout_func) | {r['trl']['tokens_per_s']:.0f} | {r['trl']['step_s']:.2f} s | 1 |")
+    m = cookbook["median"]
+    print(f"\nA cookbook step over HTTP ({a.groups} x {a.group_size} tic-tac-toe turns, 4 tokens each; server dtype auto; "
+          f"median of {a.steps}):\n")
+    print("| rollout | tokenize | forward/backward | save | reload | whole train request | tokens trained |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(f"| {m['rollout_s']:.2f} s | {m['tokenize_s'] * 1000:.0f} ms | {m['forward_backward_s']:.2f} s | "
+          f"{m['save_s'] * 1000:.0f} ms | {m['reload_s'] * 1000:.0f} ms | {m['train_request_s']:.2f} s | {m['tokens_trained']:.0f} |")
+    print(f"\nstep trained -> new adapter serving: {(m['save_s'] + m['reload_s']) * 1000:.0f} ms (save + load into serving)")
     out = out_dir / "train.json"
-    out.write_text(json.dumps({"config": vars(a), "ours": ours, "trl": theirs, "swap": swap, "trl_version": trl.__version__}, indent=2))
+    out.write_text(json.dumps({"config": vars(a), "trainers": trainers, "cookbook_step": cookbook,
+                               "trl_version": trl.__version__}, indent=2))
     print(f"raw data: {out.relative_to(ROOT)}")
 
 

@@ -14,7 +14,7 @@ import { LocalBackend, type LocalBackendOptions, PROJECT_ROOT } from "./local-ba
 export interface ConnectOptions {
   /** Names the run's data dir: `<root>/.art/runs/<run>-<time>/`. */
   run: string;
-  /** Preload this base model on a local server. */
+  /** The base model of a local server (default {@link DEFAULT_BASE_MODEL}). */
   baseModel?: string;
   /** `auto`, `hf` or `vllm` (local server only). */
   engine?: LocalBackendOptions["engine"];

@@ -8,6 +8,7 @@ export * from "./display";
 export * from "./errors";
 export * from "./backend";
 export * from "./local-backend";
+export * from "./base-model";
 export * from "./model";
 export * from "./trajectory";
 export * from "./gather";

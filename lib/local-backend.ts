@@ -6,6 +6,7 @@ import fs from "node:fs";
 import path from "node:path";
 import readline from "node:readline";
 import { RemoteBackend } from "./backend";
+import { DEFAULT_BASE_MODEL } from "./base-model";
 import { ServerCrashedError } from "./errors";
 import { ReadyLine } from "./wire";
 
@@ -13,8 +14,13 @@ import { ReadyLine } from "./wire";
 export interface LocalBackendOptions {
   /** Models, checkpoints and logs (default `<project>/.art`). */
   dataDir?: string;
-  /** Preload a base model (default: loaded by the first registration). */
+  /** The base model to load at start (default {@link DEFAULT_BASE_MODEL}). */
   baseModel?: string;
+  /**
+   * Where the server converts packaged GGUF models once (default `ART_MODEL_CACHE`, else
+   * `<project>/.art/models`, shared by every data dir).
+   */
+  modelCache?: string;
   /** `auto` (vllm with CUDA when installed, else hf), `hf` or `vllm`. */
   engine?: "auto" | "hf" | "vllm";
   /** `auto`, `cpu` or `cuda`. */
@@ -52,7 +58,7 @@ function tailOf(file: string, lines = 30): string {
  * server already running on the same data dir is reused (one server per data dir keeps it whole).
  *
  * ```ts
- * const backend = await LocalBackend.start();              // builtin models need nothing else
+ * const backend = await LocalBackend.start();              // SmolLM2-135M-Instruct on this machine
  * ```
  */
 export class LocalBackend extends RemoteBackend {
@@ -80,7 +86,8 @@ export class LocalBackend extends RemoteBackend {
     fs.mkdirSync(path.join(dataDir, "logs"), { recursive: true });
     const logFile = path.join(dataDir, "logs", `server-${new Date().toISOString().replace(/[:.]/g, "-")}.log`);
     const args = ["-m", "art_server", "--port", "0", "--data-dir", dataDir, "--engine", options.engine ?? "auto",
-      "--device", options.device ?? "auto", ...(options.baseModel ? ["--base-model", options.baseModel] : []), ...(options.args ?? [])];
+      "--device", options.device ?? "auto", "--base-model", options.baseModel ?? DEFAULT_BASE_MODEL,
+      "--model-cache", options.modelCache ?? process.env.ART_MODEL_CACHE ?? path.join(root, ".art", "models"), ...(options.args ?? [])];
     const { execa } = await import("execa");
     const child = execa(python, args, {
       stdout: "pipe", stderr: { file: logFile }, stdin: "ignore", reject: false, cleanup: true,

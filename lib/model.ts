@@ -6,6 +6,7 @@
 import OpenAI from "openai";
 import { z } from "zod";
 import type { Backend } from "./backend";
+import { DEFAULT_BASE_MODEL } from "./base-model";
 import { ProgressLine } from "./display";
 import { BadTrajectoryError, ModelNotRegisteredError } from "./errors";
 import fs from "node:fs";
@@ -87,8 +88,11 @@ export interface TrainableModelOptions {
   name: string;
   /** A project groups models on disk: `<dataDir>/<project>/models/<name>/`. */
   project: string;
-  /** The base model: `builtin:tiny`, a Hugging Face id in the server's cache, or a path on the server. */
-  baseModel: string;
+  /**
+   * The base model (default {@link DEFAULT_BASE_MODEL}): a Hugging Face id the server has (local cache
+   * or packaged), `builtin:tiny` / `builtin:small`, or a folder on the server.
+   */
+  baseModel?: string;
   /** LoRA configuration (defaults r=8, alpha=16, dropout 0, all attention and MLP projections). */
   lora?: LoraConfig;
 }
@@ -117,7 +121,7 @@ export interface TrainOptions extends TrainConfig {
  * A model trained with LoRA on a backend.
  *
  * ```ts
- * const model = new TrainableModel({ name: "agent", project: "tictactoe", baseModel: "builtin:tiny" });
+ * const model = new TrainableModel({ name: "agent", project: "tictactoe" });   // SmolLM2-135M-Instruct
  * await model.register(backend);
  * const client = model.openai();      // asks for token ids and logprobs on every request
  * ```
@@ -137,7 +141,7 @@ export class TrainableModel implements ChatModel {
   constructor(options: TrainableModelOptions) {
     this.name = options.name;
     this.project = options.project;
-    this.baseModel = options.baseModel;
+    this.baseModel = options.baseModel ?? DEFAULT_BASE_MODEL;
     this.lora = options.lora;
   }
 

@@ -14,10 +14,11 @@ export type ScriptedReply = () => string;
 /**
  * Pushes `userContent` as the next user message, gets the reply of `policy` and pushes it too
  * (a sampled choice with its token ids for a model, a plain assistant message for a script).
- * Returns the reply text.
+ * Returns the reply text. A `temperature` other than 1 must also be given to `train` (the trainer
+ * computes logprobs at the temperature the tokens were sampled with).
  */
 export async function takeTurn(trajectory: Trajectory, userContent: string, policy: ChatModel | ScriptedReply,
-  options: { maxTokens: number; seed: number }): Promise<string> {
+  options: { maxTokens: number; seed: number; temperature?: number }): Promise<string> {
   trajectory.push({ role: "user", content: userContent });
   if (typeof policy === "function") {
     const reply = policy();
@@ -26,7 +27,7 @@ export async function takeTurn(trajectory: Trajectory, userContent: string, poli
   }
   const messages = trajectory.messages();
   const completion = await policy.openai().chat.completions.create({
-    model: policy.inferenceName(), max_tokens: options.maxTokens, seed: options.seed,
+    model: policy.inferenceName(), max_tokens: options.maxTokens, seed: options.seed, temperature: options.temperature,
     messages: [messages[0]!, messages[messages.length - 1]!],  // the rules, and this turn
   });
   trajectory.push(completion);

@@ -175,7 +175,8 @@ describe("TrainableModel on a LocalBackend", () => {
       const cacheDir = path.join(dataDir, "hf-cache");
       const snapshot = await downloadFromHub("org/tiny", { cacheDir, hubUrl: hub.url, token: "hf_test" });
       assert.ok(fs.existsSync(path.join(snapshot, "config.json")));
-      const other = await LocalBackend.start({ dataDir: path.join(dataDir, "second"), engine: "hf", device: "cpu", env: { HF_HUB_CACHE: cacheDir } });
+      const other = await LocalBackend.start({ dataDir: path.join(dataDir, "second"), baseModel: "org/tiny", engine: "hf", device: "cpu",
+        env: { HF_HUB_CACHE: cacheDir } });
       try {
         const fromHub = new TrainableModel({ name: "hubbed", project: "client-tests", baseModel: "org/tiny" });
         await fromHub.register(other);
