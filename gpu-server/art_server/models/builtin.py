@@ -11,12 +11,11 @@ near uniform and GRPO with LoRA learns nothing in a reasonable number of steps.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
+
+from ..store.atomic import build_dir_once
 
 BUILTIN_PREFIX = "builtin:"
 RECIPE_VERSION = 1  # bump when the recipe changes, so cached builds are rebuilt
@@ -172,24 +171,13 @@ def builtin_path(name: str, data_dir: Path) -> Path:
     spec = BUILTIN_SPECS.get(size)
     if spec is None:
         raise KeyError(f"unknown built-in model {name!r}; built-in models: {', '.join(builtin_names())}")
-    target = data_dir / "builtin" / f"{size}-v{RECIPE_VERSION}"
-    if (target / "build.json").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{size}-", dir=target.parent))
-    try:
+    def build(folder: Path) -> None:
         tokenizer = build_tokenizer(spec)
         eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
         pad = tokenizer.convert_tokens_to_ids("<|endoftext|>")
         model = build_model(spec, len(tokenizer), eos, pad)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / "build.json").write_text(json.dumps({"name": name, "recipe": RECIPE_VERSION, **asdict(spec)}, indent=2))
-        try:
-            os.rename(tmp, target)
-        except OSError:
-            if not (target / "build.json").exists():  # lost a race with another builder: theirs is as good
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        (folder / "build.json").write_text(json.dumps({"name": name, "recipe": RECIPE_VERSION, **asdict(spec)}, indent=2))
+
+    return build_dir_once(data_dir / "builtin" / f"{size}-v{RECIPE_VERSION}", "build.json", build)

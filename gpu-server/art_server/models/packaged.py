@@ -15,12 +15,11 @@ import importlib.metadata
 import importlib.util
 import json
 import logging
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..store.atomic import build_dir_once
 
 log = logging.getLogger(__name__)
 
@@ -85,23 +84,17 @@ def converted_path(model_id: str, cache_dir: Path) -> tuple[Path, dict]:
     source = {"kind": "packaged-gguf", "file": str(gguf), "sha256": sha, "distribution": model.distribution,
               "version": _version(model.distribution), "licence": model.licence, "quantization": _quantization(model.file)}
     target = cache_dir / "gguf" / f"{sha[:16]}-v{CONVERTER_VERSION}"
-    if (target / "source.json").exists():
-        return target, {**source, "converted": str(target)}
-    started = time.perf_counter()
-    log.info("converting %s (%s) to a Hugging Face folder in %s; this happens once", gguf.name, model_id, target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
-    try:
-        _convert(gguf, model_id, tmp)
-        (tmp / "source.json").write_text(json.dumps({**source, "model_id": model_id, "converter": CONVERTER_VERSION}, indent=2))
-        try:
-            os.rename(tmp, target)
-        except OSError:
-            if not (target / "source.json").exists():  # lost a race with another converter: theirs is as good
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    log.info("converted %s in %.1f s", gguf.name, time.perf_counter() - started)
+    if not (target / "source.json").exists():
+        started = time.perf_counter()
+        log.info("converting %s (%s) to a Hugging Face folder in %s; this happens once", gguf.name, model_id, target)
+
+        def convert(folder: Path) -> None:
+            _convert(gguf, model_id, folder)
+            (folder / "source.json").write_text(json.dumps({**source, "model_id": model_id, "converter": CONVERTER_VERSION},
+                                                           indent=2))
+
+        build_dir_once(target, "source.json", convert)
+        log.info("converted %s in %.1f s", gguf.name, time.perf_counter() - started)
     return target, {**source, "converted": str(target)}
 
 

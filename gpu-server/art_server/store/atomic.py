@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +85,23 @@ def publish_dir(tmp: Path, target: Path) -> None:
         shutil.rmtree(target)
     os.rename(tmp, target)
     fsync_dir(target.parent)
+
+
+def build_dir_once(target: Path, marker: str, fill: Callable[[Path], None]) -> Path:
+    """`target`, built by `fill(tmp)` into a temporary folder beside it and renamed into place, unless
+    it already holds `marker` (the file `fill` writes last). Two processes building it at once is
+    harmless: the loser of the rename keeps the winner's folder, which is as good."""
+    if (target / marker).exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        fill(tmp)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not (target / marker).exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
