@@ -9,7 +9,7 @@
 // the levels take turns, round after round, and each level's tokens/s is its median round; the
 // overhead alternates blocks of HTTP requests with blocks of the same requests on the engine alone.
 //
-//   npm run bench:serve [-- --rounds 3 --requests-per-level 192 --max-tokens 16 --levels 1,8,32]
+//   npm run bench:serve [-- --rounds 3 --requests-per-level 192 --max-tokens 16 --levels 1,8,32 --dtype auto|float32|bfloat16]
 //   npm run bench:serve -- --model builtin:tiny --levels 1,8,64,256 --requests-per-level 768 --rounds 5
 import { spawn } from "node:child_process";
 import fs from "node:fs";
@@ -27,6 +27,7 @@ const { values } = parseArgs({
     levels: { type: "string", default: "1,8,32" },
     rounds: { type: "string", default: "3" },
     model: { type: "string", default: "HuggingFaceTB/SmolLM2-135M-Instruct" },
+    dtype: { type: "string", default: "auto" },
   },
 });
 const MAX_TOKENS = Number(values["max-tokens"]);
@@ -73,7 +74,7 @@ function lineProcess(args: string[]) {
 
 async function startServer(dataDir: string) {
   const server = lineProcess(["-m", "art_server", "--base-model", values.model, "--port", "0", "--data-dir", dataDir,
-    "--model-cache", MODEL_CACHE, "--log-level", "warning"]);
+    "--model-cache", MODEL_CACHE, "--log-level", "warning", "--dtype", values.dtype]);
   const ready = JSON.parse(await server.next()) as { url: string; token: string };
   const stats = async (): Promise<EngineStats> =>
     (await (await fetch(`${ready.url}/v1/engine/stats`, { headers: { authorization: `Bearer ${ready.token}` } })).json()) as EngineStats;
@@ -129,7 +130,7 @@ async function main() {
   const dataDir = path.join(ROOT, ".artifacts", "bench", "data");
   const server = await startServer(dataDir);
   const direct = lineProcess([path.join(ROOT, "bench", "serve_engine_direct.py"), "--max-tokens", String(MAX_TOKENS),
-    "--data-dir", dataDir, "--model-cache", MODEL_CACHE, "--model", values.model, "--messages", JSON.stringify(MESSAGES)]);
+    "--data-dir", dataDir, "--model-cache", MODEL_CACHE, "--model", values.model, "--dtype", values.dtype, "--messages", JSON.stringify(MESSAGES)]);
   const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: server.token, maxRetries: 0, timeout: 120_000 });
   try {
     await direct.next(); // loaded and warmed up
@@ -182,7 +183,7 @@ async function main() {
     const overhead = (median(http) - median(engine)) / median(http);
 
     const base = results.find((r) => r.concurrency === 1)?.tokensPerSecond ?? NaN;
-    console.log(`\nServing benchmark: ${values.model}, max_tokens ${MAX_TOKENS}, openai client over HTTP, ${ROUNDS} interleaved rounds\n`);
+    console.log(`\nServing benchmark: ${values.model}, dtype ${values.dtype}, max_tokens ${MAX_TOKENS}, openai client over HTTP, ${ROUNDS} interleaved rounds\n`);
     console.log("| concurrency | requests | errors | tokens/s (median round) | range over rounds | x vs c=1 | p50 ms | p95 ms | tokens/engine step |");
     console.log("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for (const r of results) {
@@ -198,8 +199,8 @@ async function main() {
       `one shared prompt ${(median(groupTimes.shared) * 1000).toFixed(0)} ms (prompts prefilled: ${median(prefilled.shared)}), ` +
       `8 different prompts ${(median(groupTimes.distinct) * 1000).toFixed(0)} ms (prompts prefilled: ${median(prefilled.distinct)}) ` +
       `-> ${(median(groupTimes.distinct) / median(groupTimes.shared)).toFixed(2)}x`);
-    const out = path.join(outDir, "serve.json");
-    fs.writeFileSync(out, JSON.stringify({ model: values.model, maxTokens: MAX_TOKENS, rounds: ROUNDS, results,
+    const out = path.join(outDir, values.dtype === "auto" ? "serve.json" : `serve-${values.dtype}.json`);
+    fs.writeFileSync(out, JSON.stringify({ model: values.model, dtype: values.dtype, maxTokens: MAX_TOKENS, rounds: ROUNDS, results,
       overhead: { http_s: http, httpTokens, engine_s: engine, engineTokens, overhead },
       group: { seconds: groupTimes, promptsPrefilled: prefilled } }, null, 2));
     console.log(`raw data: ${path.relative(ROOT, out)}`);

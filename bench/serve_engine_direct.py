@@ -27,11 +27,12 @@ async def main() -> None:
     p.add_argument("--data-dir", default=".art")
     p.add_argument("--model-cache", default=None)
     p.add_argument("--max-tokens", type=int, default=16)
+    p.add_argument("--dtype", default="auto")
     p.add_argument("--messages", default='[{"role": "user", "content": "Name an empty cell."}]', help="JSON")
     a = p.parse_args()
     keep_freed_memory()  # as the server does
     path = resolve_base_model(a.model, Path(a.data_dir), Path(a.model_cache) if a.model_cache else None).path
-    engine = load_hf_engine(a.model, path, device="cpu")
+    engine = load_hf_engine(a.model, path, device="cpu", dtype=a.dtype)
     prompt = prompt_token_ids(engine.tokenizer, json.loads(a.messages), None)
     loop = asyncio.get_running_loop()
 

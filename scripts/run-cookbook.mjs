@@ -16,6 +16,12 @@ for cell in nb.cells:
         cell.outputs = [o for o in cell.outputs if "window.define=undefined" not in o.get("data", {}).get("text/html", "")]
 nbformat.write(nb, sys.argv[1])
 `;
+/** Outputs name the run's data dir; committed results say it relative to the project root. */
+function stripMachinePaths(file) {
+  const text = fs.readFileSync(file, "utf8");
+  fs.writeFileSync(file, text.split(`${ROOT}${path.sep}`).join(""));
+}
+
 const names = process.argv.slice(2).length ? process.argv.slice(2) : ALL;
 const unknown = names.filter((n) => !ALL.includes(n));
 if (unknown.length) {
@@ -45,6 +51,7 @@ for (const name of names) {
   // inline copy (4.8 MB): JupyterLab draws the plotly bundle of each chart without it.
   const strip = spawnSync(path.join(VENV_BIN, "python"), ["-c", STRIP_PLOTLY_LIBRARY, executed], { cwd: ROOT, env, stdio: "inherit" });
   if (strip.status !== 0) process.exit(1);
+  for (const file of [executed, path.join(outDir, `${name}.html`)]) stripMachinePaths(file);
   rows.push(`${name}: ${((Date.now() - started) / 1000).toFixed(0)} s`);
 }
 console.log(`[cookbook] done: ${rows.join(", ")}; results in ${path.relative(ROOT, outDir)}/`);
