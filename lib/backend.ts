@@ -21,6 +21,8 @@ export interface Backend {
   stream(path: string, body: unknown, onLine?: (line: TrainLine) => void): Promise<TrainLine[]>;
   /** Frees what the backend holds (a local server process). */
   close(): Promise<void>;
+  /** Why the backend cannot be used any more (closed, or its server died), or undefined while it can. */
+  unusable?(): Error | undefined;
 }
 
 /** Options of a {@link RemoteBackend}. */
@@ -53,7 +55,14 @@ export class RemoteBackend implements Backend {
       "Is it running, and is the URL right?");
   }
 
+  /** Why this backend cannot be used any more; a remote one always can be tried. */
+  unusable(): Error | undefined {
+    return undefined;
+  }
+
   private async send(method: string, path: string, body: unknown): Promise<Response> {
+    const unusable = this.unusable();
+    if (unusable) throw unusable;
     let response: Response;
     try {
       response = await fetch(`${this.url}${path}`, {

@@ -4,7 +4,6 @@
  * started on a fresh data dir, so every run starts at step 0 with the same LoRA initialisation.
  * @module
  */
-import fs from "node:fs";
 import path from "node:path";
 import { type Backend, RemoteBackend } from "./backend";
 import { ConfigurationError } from "./errors";
@@ -24,7 +23,13 @@ export interface ConnectOptions {
   env?: NodeJS.ProcessEnv;
 }
 
-/** A backend for a notebook run; say where it is with `describe`. */
+/** The local backend each run name started last in this process (a notebook kernel). */
+const started = new Map<string, LocalBackend>();
+
+/**
+ * A backend for a notebook run. Calling it again for the same `run` (re-running the cell) stops
+ * the server it started before and starts a fresh run at step 0.
+ */
 export async function connectBackend(options: ConnectOptions): Promise<Backend & { describe: string }> {
   const env = options.env ?? process.env;
   const url = env.ART_SERVER_URL;
@@ -33,9 +38,11 @@ export async function connectBackend(options: ConnectOptions): Promise<Backend &
     if (!token) throw new ConfigurationError("ART_SERVER_URL is set but ART_SERVER_TOKEN is not: set it to the server's --token");
     return Object.assign(new RemoteBackend({ url, token }), { describe: `remote gpu-server at ${url}` });
   }
+  // Re-running a notebook's server cell starts a fresh run; the previous run's server stops.
+  await started.get(options.run)?.close();
   const stamp = new Date().toISOString().replace(/[-:]/g, "").replace(/\..*/, "");
   const dataDir = options.dataDir || path.join(PROJECT_ROOT, ".art", "runs", `${options.run}-${stamp}`);
-  fs.mkdirSync(dataDir, { recursive: true });
   const backend = await LocalBackend.start({ dataDir, baseModel: options.baseModel, engine: options.engine });
+  started.set(options.run, backend);
   return Object.assign(backend, { describe: `local gpu-server (pid ${backend.pid ?? "reused"}) on ${dataDir}` });
 }

@@ -98,8 +98,13 @@ export function plotlyHtml(figure: PlotlyFigure, divId: string, embedLibrary: bo
   const height = typeof figure.layout?.height === "number" ? figure.layout.height : 420;
   const args = [JSON.stringify(divId), JSON.stringify(figure.data), JSON.stringify(figure.layout ?? {}),
     JSON.stringify({ responsive: true, ...(figure.config ?? {}) })].map(scriptSafe).join(",");
-  const draw = `<div id="${divId}" class="art-plotly" style="width:100%;height:${height}px"></div>` +
-    `<script>(function(){function draw(){window.Plotly.newPlot(${args});}` +
+  // The note shows only where plotly.js never loads (e.g. a page reloaded during a run, whose
+  // library output is no longer trusted); drawing removes it.
+  const draw = `<div id="${divId}" class="art-plotly" style="width:100%;height:${height}px">` +
+    `<span class="art-plotly-wait" style="font-size:12px;opacity:.6">${escapeHtml(plotlyText(figure))}: plotly.js is not loaded ` +
+    `in this page yet; the chart is drawn at the end of the run</span></div>` +
+    `<script>(function(){function draw(){var d=document.getElementById(${JSON.stringify(divId)});if(!d)return;` +
+    `var w=d.querySelector(".art-plotly-wait");if(w)w.remove();window.Plotly.newPlot(${args});}` +
     `if(window.Plotly){draw();}else{(window.__artPlotlyQueue=window.__artPlotlyQueue||[]).push(draw);}})();</script>`;
   return (embedLibrary ? plotlyLibraryScript() : "") + draw;
 }
@@ -115,13 +120,18 @@ function plotlyText(figure: PlotlyFigure): string {
 /**
  * Shows a plotly figure inline: one output with the plotly JSON bundle (rendered natively by
  * JupyterLab) and an HTML fallback (used by nbconvert's HTML export and other front ends).
- * Pass a handle to redraw the same output in place, e.g. a reward curve refreshed during training.
- * Outside a notebook prints a one-line description.
+ * Pass a handle to redraw the same output in place. Outside a notebook prints a one-line description.
+ *
+ * `live: true` is for a chart redrawn while a cell runs (the reward curve during training):
+ * JupyterLab's plotly renderer draws its first bundle and ignores updates (plotly.py issue 3053),
+ * so a live redraw sends only the HTML form, which Lab renders again on every update. End a live
+ * chart with one call without `live`: it becomes a plotly bundle again, which the saved notebook
+ * keeps and Lab draws on reopening (when the HTML's script is no longer trusted to run).
  */
-export function showPlotly(figure: PlotlyFigure, handle: DisplayHandle = new DisplayHandle()): void {
+export function showPlotly(figure: PlotlyFigure, handle: DisplayHandle = new DisplayHandle(), options: { live?: boolean } = {}): void {
   const write = kernelWriter();
   if (!write) {
-    console.log(plotlyText(figure));
+    if (!options.live) console.log(plotlyText(figure));
     return;
   }
   // plotly.js goes into an output of its own, once per kernel session: a chart redrawn in place
@@ -130,9 +140,10 @@ export function showPlotly(figure: PlotlyFigure, handle: DisplayHandle = new Dis
     new DisplayHandle().show({ "text/html": plotlyLibraryScript(), "text/plain": "" });
     plotlyEmbedded = true;
   }
-  handle.show({
+  const html = plotlyHtml(figure, `${handle.id}-${Date.now().toString(36)}`, false);
+  handle.show(options.live ? { "text/html": html, "text/plain": plotlyText(figure) } : {
     [PLOTLY_MIME]: { data: figure.data, layout: figure.layout ?? {}, config: figure.config ?? {} },
-    "text/html": plotlyHtml(figure, `${handle.id}-${Date.now().toString(36)}`, false),
+    "text/html": html,
     "text/plain": plotlyText(figure),
   });
 }
@@ -162,7 +173,8 @@ function cellText(value: unknown, digits: number): string {
   return String(value);
 }
 
-function escapeHtml(text: string): string {
+/** Escapes text for HTML content and attribute values. */
+export function escapeHtml(text: string): string {
   return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
 }
 

@@ -46,5 +46,8 @@ export class ServerCrashedError extends ArtError {
   }
 }
 
+/** The backend was closed (`backend.close()`); start a new one to go on. */
+export class BackendClosedError extends ArtError {}
+
 /** The environment or options name something that cannot work (e.g. a URL without its token). */
 export class ConfigurationError extends ArtError {}

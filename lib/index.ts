@@ -5,12 +5,14 @@
  * @module
  */
 export * from "./display";
+export * from "./notice";
 export * from "./errors";
 export * from "./backend";
 export * from "./local-backend";
 export * from "./base-model";
 export * from "./model";
 export * from "./trajectory";
+export * from "./trajectory-view";
 export * from "./gather";
 export * from "./history";
 export * from "./ruler";

@@ -7,7 +7,7 @@ import path from "node:path";
 import readline from "node:readline";
 import { RemoteBackend } from "./backend";
 import { DEFAULT_BASE_MODEL } from "./base-model";
-import { ServerCrashedError } from "./errors";
+import { BackendClosedError, ConfigurationError, ServerCrashedError } from "./errors";
 import { ReadyLine } from "./wire";
 
 /** Options of {@link LocalBackend.start}. */
@@ -39,6 +39,16 @@ interface RunningServer {
   pid: number;
   exited: Promise<{ exitCode?: number; signal?: string }>;
   kill(signal?: NodeJS.Signals): boolean;
+}
+
+/** The server's exit code for a configuration that cannot work (EX_CONFIG; gpu-server config.py). */
+const CONFIG_EXIT_CODE = 78;
+const CONFIG_ERROR_PREFIX = "art-server: configuration error: ";
+
+/** The one line a server that exited with CONFIG_EXIT_CODE wrote about its configuration. */
+function configurationLine(logFile: string): string | undefined {
+  const line = tailOf(logFile, 5).split("\n").find((l) => l.startsWith(CONFIG_ERROR_PREFIX));
+  return line?.slice(CONFIG_ERROR_PREFIX.length);
 }
 
 /** The project root (holding `.venv` and the default data dir `.art`). */
@@ -81,13 +91,21 @@ export class LocalBackend extends RemoteBackend {
     if (reused) return new LocalBackend(reused);
     const python = path.join(root, ".venv", "bin", "python");
     if (!fs.existsSync(python)) {
-      throw new ServerCrashedError(`no Python environment at ${path.dirname(path.dirname(python))}: run \`npm run setup\` in ${root}`, "");
+      throw new ConfigurationError(`no Python environment at ${path.dirname(path.dirname(python))}: run \`npm run setup\` in ${root}`);
     }
-    fs.mkdirSync(path.join(dataDir, "logs"), { recursive: true });
+    try {
+      fs.mkdirSync(path.join(dataDir, "logs"), { recursive: true });
+      fs.accessSync(path.join(dataDir, "logs"), fs.constants.W_OK);
+    } catch (error) {
+      throw new ConfigurationError(`LocalBackend.start: dataDir ${dataDir} cannot be written (${(error as NodeJS.ErrnoException).code ?? String(error)}); ` +
+        "pick a folder this user can write");
+    }
     const logFile = path.join(dataDir, "logs", `server-${new Date().toISOString().replace(/[:.]/g, "-")}.log`);
     const args = ["-m", "art_server", "--port", "0", "--data-dir", dataDir, "--engine", options.engine ?? "auto",
       "--device", options.device ?? "auto", "--base-model", options.baseModel ?? DEFAULT_BASE_MODEL,
-      "--model-cache", options.modelCache ?? process.env.ART_MODEL_CACHE ?? path.join(root, ".art", "models"), ...(options.args ?? [])];
+      "--model-cache", options.modelCache ?? process.env.ART_MODEL_CACHE ?? path.join(root, ".art", "models"),
+      // The server stops when this process is gone, even when it is killed (a kernel restarted or killed).
+      "--parent-pid", String(process.pid), ...(options.args ?? [])];
     const { execa } = await import("execa");
     const child = execa(python, args, {
       stdout: "pipe", stderr: { file: logFile }, stdin: "ignore", reject: false, cleanup: true,
@@ -107,6 +125,8 @@ export class LocalBackend extends RemoteBackend {
       });
       void exited.then(({ exitCode }) => {
         clearTimeout(timer);
+        const configLine = exitCode === CONFIG_EXIT_CODE ? configurationLine(logFile) : undefined;
+        if (configLine) return reject(new ConfigurationError(configLine));
         reject(new ServerCrashedError(`the gpu-server exited during start-up (code ${exitCode}); its log (${logFile}) ends:\n${tailOf(logFile)}`,
           tailOf(logFile)));
       });
@@ -117,7 +137,8 @@ export class LocalBackend extends RemoteBackend {
       if (backend.closing) return;
       const tail = tailOf(logFile);
       backend.crashed = new ServerCrashedError(`the gpu-server (pid ${server.pid}) died (${signal ?? `exit ${exitCode}`}); ` +
-        `its log (${logFile}) ends:\n${tail}\nStart a new LocalBackend on the same data dir to resume every model at its latest step.`, tail);
+        `its log (${logFile}) ends:\n${tail}\nRe-run the cell that starts the backend (or start a new LocalBackend on the same data dir): ` +
+        "every model resumes at its latest step.", tail);
     });
     const stop = () => server.kill("SIGTERM");
     process.once("exit", stop);
@@ -137,9 +158,13 @@ export class LocalBackend extends RemoteBackend {
     return this.crashed ?? super.unreachable(requestPath, error);
   }
 
-  override async request<T>(method: "GET" | "POST", requestPath: string, schema: import("zod").ZodType<T>, body?: unknown): Promise<T> {
-    if (this.crashed) throw this.crashed;
-    return super.request(method, requestPath, schema, body);
+  override unusable(): Error | undefined {
+    if (this.closing) {
+      return new BackendClosedError(`this LocalBackend was closed (backend.close() ran, e.g. in a cell that ran earlier), and its ` +
+        "server has stopped. Re-run the cell that starts the backend (connectBackend or LocalBackend.start) and " +
+        "the one that registers the model, then this cell.");
+    }
+    return this.crashed;
   }
 
   /** Stops the server this backend started (waits for it to exit). */

@@ -55,22 +55,30 @@ export async function trainLoop(options: TrainLoopOptions): Promise<TrainLoopRes
     const row = await model.log(groups, { split: "val" });
     lastVal = ` · val reward ${Number(row.reward).toFixed(3)}`;
   };
-  if (options.evaluate && first === 0) await runEval();
   let history: HistoryRow[] = [];
-  for (let i = 0; i < steps; i++) {
-    const step = first + i;
-    const groups = await gatherTrajectoryGroups(options.groups(step), gather);
-    const { reward } = summarize("train", groups.flatMap((g) => g.trajectories));
-    // A role that never got to act in a game (e.g. an operative whose spymaster broke the rules)
-    // has a trajectory without sampled tokens: there is nothing to train on it, so it is left out.
-    for (const group of groups) group.trajectories = group.trajectories.filter((t) => t.choices().length > 0);
-    const trainable = groups.filter((g) => g.trajectories.length > 0);
-    if (trainable.length) await model.train(trainable, { ...options.train, progress: false });
-    if (options.evaluate && ((i + 1) % options.evaluate.every === 0 || i === steps - 1)) await runEval();
+  try {
+    if (options.evaluate && first === 0) await runEval();
+    // A run that continues (the cell re-run) shows its curve so far right away.
     history = await model.historyRows();
-    plotHistory(history, metrics, chart);
-    const seconds = (Date.now() - started) / 1000;
-    progress.update({ done: i + 1, total: steps, detail: `step ${step + 1} · reward ${reward.toFixed(3)}${lastVal} · ${seconds.toFixed(0)} s` });
+    if (history.length) plotHistory(history, metrics, { chart, live: true });
+    for (let i = 0; i < steps; i++) {
+      const step = first + i;
+      const groups = await gatherTrajectoryGroups(options.groups(step), gather);
+      const { reward } = summarize("train", groups.flatMap((g) => g.trajectories));
+      // A role that never got to act in a game (e.g. an operative whose spymaster broke the rules)
+      // has a trajectory without sampled tokens: there is nothing to train on it, so it is left out.
+      for (const group of groups) group.trajectories = group.trajectories.filter((t) => t.choices().length > 0);
+      const trainable = groups.filter((g) => g.trajectories.length > 0);
+      if (trainable.length) await model.train(trainable, { ...options.train, progress: false });
+      if (options.evaluate && ((i + 1) % options.evaluate.every === 0 || i === steps - 1)) await runEval();
+      history = await model.historyRows();
+      plotHistory(history, metrics, { chart, live: true });
+      const seconds = (Date.now() - started) / 1000;
+      progress.update({ done: i + 1, total: steps, detail: `step ${step + 1} · reward ${reward.toFixed(3)}${lastVal} · ${seconds.toFixed(0)} s` });
+    }
+  } finally {
+    // The last drawing is a plotly bundle, which the saved notebook keeps (also after an error).
+    if (history.length) plotHistory(history, metrics, { chart });
   }
   const seconds = (Date.now() - started) / 1000;
   progress.finish({ done: steps, total: steps, detail: `${lastVal.slice(3)} · ${seconds.toFixed(0)} s` });

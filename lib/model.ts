@@ -8,6 +8,7 @@ import { z } from "zod";
 import type { Backend } from "./backend";
 import { DEFAULT_BASE_MODEL } from "./base-model";
 import { ProgressLine } from "./display";
+import { notice } from "./notice";
 import { BadTrajectoryError, ModelNotRegisteredError } from "./errors";
 import fs from "node:fs";
 import { historyFrame } from "./history";
@@ -134,9 +135,8 @@ export class TrainableModel implements ChatModel {
   private backendRef: Backend | undefined;
   private client: OpenAI | undefined;
   private step = 0;
-  private warnedFlat = false;
-  private warnedAllFlat = false;
-  private readonly serverWarnings = new Set<string>();
+  /** Notices already shown for this model (each cause once). */
+  private readonly noticesShown = new Set<string>();
 
   constructor(options: TrainableModelOptions) {
     this.name = options.name;
@@ -181,7 +181,7 @@ export class TrainableModel implements ChatModel {
   openai(): OpenAI {
     if (!this.client) {
       const backend = this.backend;
-      this.client = new OpenAI({ baseURL: `${backend.url}/v1`, apiKey: backend.token, fetch: withTrainingFields, maxRetries: 2 });
+      this.client = new OpenAI({ baseURL: `${backend.url}/v1`, apiKey: backend.token, fetch: trainingFetch(backend), maxRetries: 2 });
     }
     return this.client;
   }
@@ -195,15 +195,12 @@ export class TrainableModel implements ChatModel {
     const { servePreviousDuringTraining, progress, onLine, ...config } = options;
     const wire = toWireGroups(groups, true);
     const flat = groups.filter((g) => g.hasZeroVariance()).length;
-    // Each kind of flat-group warning is shown once per model: a converging (or stuck) run has flat
-    // groups step after step, and each step's metrics.groups_skipped_by_reason keeps counting them.
-    const allFlat = flat === groups.length;
-    if ((flat && !this.warnedFlat) || (allFlat && !this.warnedAllFlat)) {
-      this.warnedFlat = true;
-      this.warnedAllFlat ||= allFlat;
-      console.warn(`[art] ${flat} of ${groups.length} groups have the same reward for every trajectory: GRPO gets no gradient ` +
+    // Shown once per model: a converging (or stuck) run has flat groups step after step, and each
+    // step's metrics.groups_skipped_by_reason keeps counting them.
+    if (flat) {
+      notice(`${flat} of ${groups.length} groups have the same reward for every trajectory: GRPO gets no gradient ` +
         "from them. Make the reward tell rollouts apart (partial credit, more rollouts per group). " +
-        "(Shown once; each step's metrics.groups_skipped_by_reason keeps counting.)");
+        "Shown once; each step's metrics.groups_skipped_by_reason keeps counting.", { key: "flat-groups", seen: this.noticesShown });
     }
     return this.runStep("train", { groups: wire, config: TrainConfigSchema.parse(config),
       serve_previous_during_training: servePreviousDuringTraining ?? false }, progress ?? true, onLine);
@@ -258,8 +255,7 @@ export class TrainableModel implements ChatModel {
         bar?.update({ done: line.gradient_step, total: line.gradient_steps, detail: `loss ${line.loss.toFixed(4)} · grad ${line.grad_norm.toFixed(3)}` });
       } else if (line.type === "warning") {
         // A warning repeated step after step (e.g. "nothing to train") is shown once per model.
-        if (!this.serverWarnings.has(line.message)) console.warn(`[art] ${line.message}`);
-        this.serverWarnings.add(line.message);
+        notice(line.message, { seen: this.noticesShown });
       }
       onLine?.(line);
     });
@@ -288,12 +284,23 @@ function toWireGroups(groups: TrajectoryGroup[], needTokens: boolean) {
   });
 }
 
-/** fetch for the OpenAI client: adds `logprobs` and `return_token_ids` to chat completion requests. */
-const withTrainingFields: typeof fetch = async (input, init) => {
-  const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url;
-  if (init?.body && typeof init.body === "string" && url.endsWith("/chat/completions")) {
-    const body = JSON.parse(init.body) as Record<string, unknown>;
-    init = { ...init, body: JSON.stringify({ ...body, logprobs: true, return_token_ids: true }) };
-  }
-  return fetch(input, init);
-};
+/**
+ * fetch for the OpenAI client: adds `logprobs` and `return_token_ids` to chat completion requests,
+ * and answers for a backend that can no longer be used (closed, crashed) with its message as an
+ * OpenAI-style 410, which the client reports as is and does not retry.
+ */
+function trainingFetch(backend: Backend): typeof fetch {
+  return async (input, init) => {
+    const unusable = backend.unusable?.();
+    if (unusable) {
+      return new Response(JSON.stringify({ error: { message: `${unusable.name}: ${unusable.message}`, type: "backend_unusable", code: null } }),
+        { status: 410, headers: { "Content-Type": "application/json" } });
+    }
+    const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url;
+    if (init?.body && typeof init.body === "string" && url.endsWith("/chat/completions")) {
+      const body = JSON.parse(init.body) as Record<string, unknown>;
+      init = { ...init, body: JSON.stringify({ ...body, logprobs: true, return_token_ids: true }) };
+    }
+    return fetch(input, init);
+  };
+}

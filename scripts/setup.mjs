@@ -211,6 +211,24 @@ function registerKernel() {
   log(`registered kernel "${KERNEL_NAME}" (${KERNEL_DISPLAY_NAME}) in ${path.relative(ROOT, KERNEL_DIR)}`);
 }
 
+// 5b. JupyterLab as users should meet it: no "get notified about Jupyter news?" pop-up over the
+// outputs and no update check (both would reach the internet). Settings overrides in .venv only.
+function configureLab() {
+  const file = path.join(ROOT, ".venv", "share", "jupyter", "lab", "settings", "overrides.json");
+  let overrides = {};
+  try {
+    overrides = JSON.parse(fs.readFileSync(file, "utf8"));
+  } catch {
+    // none yet
+  }
+  const key = "@jupyterlab/apputils-extension:notification";
+  const want = { ...overrides, [key]: { ...(overrides[key] ?? {}), fetchNews: "false", checkForUpdates: false } };
+  if (JSON.stringify(want) === JSON.stringify(overrides)) return log("JupyterLab settings in place");
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  fs.writeFileSync(file, `${JSON.stringify(want, null, 2)}\n`);
+  log(`JupyterLab: news and update checks off (${path.relative(ROOT, file)})`);
+}
+
 // 6. Chromium for the browser tests (Debian's package; browsers cannot be downloaded by npm here).
 function ensureChromium() {
   if (findChromium()) return log("chromium present");
@@ -251,6 +269,7 @@ function main() {
     ["venv", ensureVenv],
     ["pip", installPythonPackages],
     ["kernel", registerKernel],
+    ["lab settings", configureLab],
     ...(wantBrowser ? [["chromium", ensureChromium]] : []),
     ["dictionary", ensureDictionary],
   ];

@@ -29,6 +29,9 @@ const args = [
   `--IdentityProvider.token=${values.token}`,
   // The kernel is registered in .venv; do not offer the venv's Python kernel as the default.
   "--MappingKernelManager.default_kernel_name=art-typescript",
+  // No "get notified about Jupyter news?" pop-up over the outputs (and no request to the internet).
+  "--LabApp.news_url=None",
+  "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
 ];
 if (process.getuid?.() === 0) args.push("--allow-root");
 

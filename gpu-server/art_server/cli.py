@@ -19,7 +19,8 @@ from pathlib import Path
 
 from . import __version__
 from .allocator import keep_freed_memory
-from .config import ServerConfig, parse_args
+from .config import CONFIG_ERROR_PREFIX, CONFIG_EXIT_CODE, ServerConfig, parse_args
+from .preflight import ConfigError, check_config
 
 
 def configure_logging(level: str) -> dict:
@@ -106,6 +107,8 @@ async def serve(config: ServerConfig, log_config: dict) -> None:
              "version": __version__, "data_dir": str(config.data_dir), "base_model": config.base_model}
     write_server_file(config.data_dir, ready)
     print(json.dumps(ready), flush=True)
+    if config.parent_pid:
+        asyncio.create_task(stop_when_gone(config.parent_pid, server))
     try:
         await task
     finally:
@@ -113,11 +116,29 @@ async def serve(config: ServerConfig, log_config: dict) -> None:
             (config.data_dir / "server.json").unlink()
 
 
+async def stop_when_gone(pid: int, server) -> None:
+    """Asks uvicorn to stop (gracefully) once process `pid` has exited, e.g. a kernel killed with -9."""
+    while True:
+        await asyncio.sleep(1.0)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            logging.getLogger(__name__).info("parent process %d is gone: stopping", pid)
+            server.should_exit = True
+            return
+        except PermissionError:
+            pass  # exists, owned by someone else
+
+
 def main(argv: list[str] | None = None) -> None:
     keep_freed_memory()
     config = parse_args(argv)
+    try:
+        check_config(config)
+    except ConfigError as error:
+        print(f"{CONFIG_ERROR_PREFIX}{error}", file=sys.stderr, flush=True)
+        sys.exit(CONFIG_EXIT_CODE)
     log_config = configure_logging(config.log_level)
-    config.data_dir.mkdir(parents=True, exist_ok=True)
     try:
         lock_data_dir(config.data_dir)
     except DataDirBusy as error:

@@ -10,6 +10,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+# A configuration that cannot work ends the process with one line and this exit code (EX_CONFIG
+# from sysexits.h); LocalBackend turns it into a ConfigurationError. See preflight.py.
+CONFIG_EXIT_CODE = 78
+CONFIG_ERROR_PREFIX = "art-server: configuration error: "
+CHOICES = {"engine": ("auto", "hf", "vllm"), "device": ("auto", "cpu", "cuda"), "dtype": ("auto", "float32", "bfloat16", "float16")}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line (no usage block) and the configuration exit code."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(CONFIG_EXIT_CODE, f"{CONFIG_ERROR_PREFIX}{message} (see art-server --help)\n")
+
+
 @dataclass
 class ServerConfig:
     host: str = "127.0.0.1"
@@ -25,6 +39,7 @@ class ServerConfig:
     max_batch_size: int = 256
     max_n: int = 256
     log_level: str = "info"
+    parent_pid: int | None = None  # exit when this process is gone (LocalBackend passes its own)
     # vllm engine
     vllm_command: str = "vllm"
     vllm_args: str = ""
@@ -52,7 +67,7 @@ def _env(name: str, default: str | None) -> str | None:
 
 def parse_args(argv: list[str] | None = None) -> ServerConfig:
     d = ServerConfig()
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="art-server",
         description="OpenAI-compatible serving of a base model and its per-step LoRA adapters, with GRPO/SFT training.",
     )
@@ -67,10 +82,10 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                         "builtin:tiny, builtin:small, or a folder")
     p.add_argument("--model-cache", default=_env("MODEL_CACHE", None),
                    help="where packaged GGUF models are converted once (ART_MODEL_CACHE; default <data-dir>/models)")
-    p.add_argument("--engine", choices=["auto", "hf", "vllm"], default=_env("ENGINE", d.engine),
+    p.add_argument("--engine", choices=CHOICES["engine"], default=_env("ENGINE", d.engine),
                    help="auto: vllm when installed and a CUDA device is present, else hf (ART_ENGINE)")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=_env("DEVICE", d.device), help="hf engine device (ART_DEVICE)")
-    p.add_argument("--dtype", default=_env("DTYPE", d.dtype), help="auto: bf16 on CUDA; on CPU the checkpoint's dtype when it is bf16 and the CPU has AVX512-BF16/AMX, else "
+    p.add_argument("--device", choices=CHOICES["device"], default=_env("DEVICE", d.device), help="hf engine device (ART_DEVICE)")
+    p.add_argument("--dtype", choices=CHOICES["dtype"], default=_env("DTYPE", d.dtype), help="auto: bf16 on CUDA; on CPU the checkpoint's dtype when it is bf16 and the CPU has AVX512-BF16/AMX, else "
                         "float32 (ART_DTYPE); or float32, bfloat16, float16")
     p.add_argument("--max-body-bytes", type=int, default=int(_env("MAX_BODY_BYTES", str(d.max_body_bytes))),
                    help="requests with a larger body get 413 (ART_MAX_BODY_BYTES)")
@@ -78,6 +93,8 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                    help="hf engine: most sequences decoded together")
     p.add_argument("--max-n", type=int, default=int(_env("MAX_N", str(d.max_n))), help="largest n per request")
     p.add_argument("--log-level", default=_env("LOG_LEVEL", d.log_level))
+    p.add_argument("--parent-pid", type=int, default=None,
+                   help="stop when this process is gone (LocalBackend passes its own pid: a killed notebook kernel leaves no server behind)")
     p.add_argument("--vllm-command", default=_env("VLLM_COMMAND", d.vllm_command),
                    help="how to start vLLM (default: vllm); its `serve` subcommand is used")
     p.add_argument("--vllm-args", default=_env("VLLM_ARGS", d.vllm_args), help="extra arguments for vllm serve")
@@ -94,7 +111,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         host=a.host, port=a.port, token=a.token, data_dir=Path(a.data_dir).resolve(), base_model=a.base_model,
         model_cache=Path(a.model_cache).expanduser().resolve() if a.model_cache else None,
         engine=a.engine, device=a.device, dtype=a.dtype, max_body_bytes=a.max_body_bytes,
-        max_batch_size=a.max_batch_size, max_n=a.max_n, log_level=a.log_level, vllm_command=a.vllm_command,
+        max_batch_size=a.max_batch_size, max_n=a.max_n, log_level=a.log_level, parent_pid=a.parent_pid, vllm_command=a.vllm_command,
         vllm_args=a.vllm_args, vllm_gpu_memory_utilization=a.vllm_gpu_memory_utilization,
         vllm_max_lora_rank=a.vllm_max_lora_rank, vllm_startup_timeout_s=a.vllm_startup_timeout,
     )

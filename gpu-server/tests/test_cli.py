@@ -21,7 +21,7 @@ def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 
 def test_binding_a_non_loopback_address_requires_a_token():
     result = run_cli("--host", "0.0.0.0")
-    assert result.returncode == 2
+    assert result.returncode == 78  # the configuration exit code (preflight.py)
     assert "--token" in result.stderr and "non-loopback" in result.stderr
 
 

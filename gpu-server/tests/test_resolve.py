@@ -65,7 +65,7 @@ def test_a_missing_packaged_model_says_how_to_install_it(monkeypatch, tmp_path):
 @pytest.mark.parametrize("typo, meant", [("builtin-tiny", "builtin:tiny"), ("builtin:tin", "builtin:tiny"),
                                          ("HuggingFaceTB/SmolLM2-135M-instruct", DEFAULT_BASE_MODEL)])
 def test_a_typo_is_answered_with_the_name_it_resembles(tmp_path, typo, meant):
-    with pytest.raises(ModelNotFound, match=f"Did you mean '{meant}'"):
+    with pytest.raises(ModelNotFound, match=f"did you mean '{meant}'"):
         resolve_base_model(typo, tmp_path)
 
 
@@ -73,4 +73,4 @@ def test_an_unknown_model_is_not_downloaded_and_the_message_says_what_to_do(tmp_
     with pytest.raises(ModelNotFound) as error:
         resolve_base_model("someone/nothing-like-it", tmp_path)
     assert "never downloads" in str(error.value) and "huggingface-cli download someone/nothing-like-it" in str(error.value)
-    assert "Did you mean" not in str(error.value)
+    assert "did you mean" not in str(error.value)

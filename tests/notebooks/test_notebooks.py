@@ -124,10 +124,10 @@ COOKBOOK = ["tictactoe.ipynb", "2048.ipynb", "codenames.ipynb", "sft-then-rl.ipy
 
 
 def plotly_traces(nb: nbformat.NotebookNode) -> list[str]:
-    """The names of every plotted trace, from each output's plotly bundle (the last state of a chart
-    redrawn in place is what the saved notebook holds)."""
-    return [trace.get("name", "") for o in outputs_of(nb)
-            for trace in o.get("data", {}).get("application/vnd.plotly.v1+json", {}).get("data", [])]
+    """`split/metric` of every plotted trace, from each output's plotly bundle (the last state of a
+    chart redrawn in place is what the saved notebook holds)."""
+    return [f"{trace['meta']['split']}/{trace['meta']['metric']}" if "meta" in trace else trace.get("name", "")
+            for o in outputs_of(nb) for trace in o.get("data", {}).get("application/vnd.plotly.v1+json", {}).get("data", [])]
 
 
 @pytest.mark.parametrize("name", COOKBOOK)
@@ -143,6 +143,10 @@ def test_cookbook_notebook_exists_and_holds_the_reward_plot(name: str) -> None:
     assert "On a GPU" in text, f"{name}: no GPU section"
     streams = "".join(o.get("text", "") for o in outputs_of(nb) if o.get("output_type") == "stream" and o.get("name") == "stderr")
     assert "Error" not in streams, f"{name}: a cell wrote an error:\n{streams[-2000:]}"
+    # Advice (flat groups, server warnings) is a styled note in a notebook, not a red stderr box.
+    assert "[art]" not in streams, f"{name}: a notice went to stderr:\n{streams[-2000:]}"
+    assert "await backend.close()" not in "".join(c.source for c in nb.cells if c.cell_type == "code"), \
+        f"{name}: a cell closes the backend, so re-running the training cell would fail"
 
 
 def test_committed_cookbook_notebooks_have_no_outputs() -> None:
@@ -152,10 +156,32 @@ def test_committed_cookbook_notebooks_have_no_outputs() -> None:
         assert not dirty, f"notebooks/{name}: cells {dirty} carry outputs; full runs go to notebooks/results/"
 
 
+def committed_notebooks() -> list[Path]:
+    return sorted(p for p in ROOT.glob("**/*.ipynb")
+                  if not any(part in {".artifacts", "node_modules", ".venv", ".art", ".git", ".exp"} for part in p.relative_to(ROOT).parts))
+
+
+@pytest.mark.parametrize("path", committed_notebooks(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_committed_notebook_is_stored_as_nbformat_writes_it(path: Path) -> None:
+    """JupyterLab saves through nbformat: a notebook stored any other way changes when opened and saved."""
+    text = path.read_text(encoding="utf-8")
+    rewritten = nbformat.writes(nbformat.reads(text, as_version=nbformat.NO_CONVERT))
+    if not rewritten.endswith("\n"):
+        rewritten += "\n"
+    assert text == rewritten, f"{path.relative_to(ROOT)} is not in nbformat's written form: run scripts/format-notebooks.py"
+
+
+def test_tictactoe_shows_games_as_transcripts_with_shaded_tokens() -> None:
+    nb = execute(ROOT / "notebooks" / "tictactoe.ipynb")
+    views = [o["data"]["text/html"] for o in outputs_of(nb) if 'class="art-trajectory"' in o.get("data", {}).get("text/html", "")]
+    assert len(views) == 2, f"expected the untrained and the trained game, found {len(views)} transcripts"
+    assert all('class="art-token"' in v and "art-role-assistant" in v and "reward" in v for v in views)
+
+
 def test_sft_then_rl_draws_both_phases_and_rl_alone_on_one_curve() -> None:
     nb = execute(ROOT / "notebooks" / "sft-then-rl.ipynb")
     traces = plotly_traces(nb)
-    assert "SFT then RL/reward" in traces and "RL alone/reward" in traces, traces
+    assert "SFT then RL val/reward" in traces and "RL alone val/reward" in traces, traces
 
 
 def test_codenames_checks_clues_against_the_shipped_fallback_dictionary_when_told_to() -> None:

@@ -80,9 +80,11 @@ describe("TrainableModel on a LocalBackend", () => {
     assert.equal(frame.shape[0], steps);
     for (const column of ["step", "split", "reward", "loss", "grad_norm", "hit"]) assert.ok(frame.columns.includes(column), column);
     const figure = plotHistory(frame, ["reward", "loss"]);
-    const reward = figure.data.find((t) => t.name === "train/reward");
-    assert.ok(reward && (reward.y as number[]).length === steps);
-    assert.ok(figure.data.some((t) => t.name === "train/loss" && t.yaxis === "y2"));
+    const trace = (metric: string, smoothed: boolean) =>
+      figure.data.find((t) => JSON.stringify(t.meta) === JSON.stringify({ split: "train", metric, smoothed }));
+    assert.equal((trace("reward", false)?.y as number[]).length, steps);
+    assert.equal((trace("reward", true)?.y as number[]).length, steps, "a smoothed line beside the per-step one");
+    assert.equal(trace("loss", false)?.yaxis, "y2");
   });
 
   it("logs an evaluation split, and deleting checkpoints keeps the latest and the best", async () => {

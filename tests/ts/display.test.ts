@@ -1,6 +1,9 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { formatProgress, inNotebook, plotlyHtml, ProgressLine, tableHtml, tableText } from "../../lib/index";
+import {
+  formatProgress, historyFigure, inNotebook, notice, noticeHtml, plotlyHtml, ProgressLine, smooth, tableHtml, tableText,
+  Trajectory, trajectoryHtml, trajectoryText,
+} from "../../lib/index";
 
 /** Runs `fn` with process.stdout.write captured; returns what it wrote, chunk by chunk. */
 function captureStdout(fn: () => void): string[] {
@@ -63,5 +66,69 @@ describe("display helpers outside a notebook", () => {
     assert.doesNotMatch(later, /plotly\.js v\d/);
     assert.ok(!later.includes("</script><b>"), "data must not close the script tag");
     assert.match(later, /Plotly\.newPlot\("fig-2"/);
+  });
+
+  it("smooth a noisy series with a bias-corrected moving average", () => {
+    assert.deepEqual(smooth([1, 1, 1]), [1, 1, 1], "no pull toward 0 at the start");
+    assert.deepEqual(smooth([0, 1, 0], 0), [0, 1, 0]);
+    const s = smooth([0, 1, 0, 1, 0, 1], 0.6);
+    assert.ok(Math.max(...s.slice(2)) - Math.min(...s.slice(2)) < 0.5, `not smoother: ${s}`);
+  });
+
+  it("draw several metrics as stacked panels that share the step axis, val as markers, a smoothed train line", () => {
+    const rows = [0, 1, 2, 3].flatMap((step) => [
+      { step, split: "train", reward: step / 4, loss: 1 - step / 4, win: step % 2 },
+      ...(step % 2 === 0 ? [{ step, split: "val", reward: step / 5, loss: 0.5, win: 0 }] : []),
+    ]);
+    const figure = historyFigure(rows, ["reward", "loss", "win"]);
+    const layout = figure.layout as Record<string, { domain?: [number, number]; anchor?: string; dtick?: number }>;
+    const domains = ["yaxis", "yaxis2", "yaxis3"].map((k) => layout[k]!.domain!);
+    for (let i = 1; i < domains.length; i++) assert.ok(domains[i]![1] < domains[i - 1]![0], `panels overlap: ${JSON.stringify(domains)}`);
+    assert.equal(layout.xaxis!.anchor, "y3", "the step axis sits under the bottom panel");
+    assert.equal(layout.xaxis!.dtick, 1);
+    const metas = figure.data.map((t) => t.meta as { split: string; metric: string; smoothed: boolean });
+    assert.equal(metas.filter((m) => m.metric === "reward").length, 3, "train, train smoothed, val");
+    const val = figure.data.find((t) => (t.meta as { split: string }).split === "val" && t.yaxis === "y2")!;
+    assert.equal((val.marker as { symbol: string }).symbol, "diamond");
+    assert.equal(figure.data.filter((t) => t.showlegend).length, 3, "each legend entry once");
+    assert.equal(metas[0]!.split, "train", "training splits come first (and keep the first colour)");
+  });
+
+  it("render a trajectory as a transcript with roles, tool calls, reward, metrics and logprob-shaded tokens", () => {
+    const completion = {
+      id: "c", object: "chat.completion", created: 0, model: "m", prompt_token_ids: [1, 2],
+      choices: [{ index: 0, finish_reason: "stop", token_ids: [5, 6], message: { role: "assistant", content: "B2<", refusal: null },
+        logprobs: { content: [{ token: "B2", logprob: -0.01, bytes: [], top_logprobs: [] }, { token: "<", logprob: -3, bytes: [], top_logprobs: [] }] } }],
+    };
+    const t = new Trajectory({ messagesAndChoices: [{ role: "system", content: "rules" }, { role: "user", content: "board" }], reward: 0.5, metrics: { win: true } });
+    t.push(completion as never);
+    t.push({ role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function", function: { name: "move", arguments: "{\"cell\":\"B2\"}" } }] });
+    t.push({ role: "tool", tool_call_id: "call_1", content: "ok" });
+    const html = trajectoryHtml(t, { title: "a game" });
+    assert.match(html, /reward 0\.500 · win true/);
+    assert.equal((html.match(/class="art-token"/g) ?? []).length, 2);
+    assert.match(html, /&lt;/, "token text is escaped");
+    assert.match(html, /logprob -3\.000/);
+    assert.match(html, /→ <b>move<\/b>\(\{&quot;cell&quot;:&quot;B2&quot;\}\)/);
+    assert.match(html, /art-role-tool/);
+    const text = trajectoryText(t, { hideSystem: true });
+    assert.doesNotMatch(text, /rules/);
+    assert.match(text, /\[assistant \(sampled\)\] B2</);
+    assert.match(text, /-> move\(/);
+  });
+
+  it("show a notice once per key as one [art] line on stderr in a terminal", () => {
+    const warned: string[] = [];
+    const warn = console.warn;
+    console.warn = (m: string) => warned.push(m);
+    try {
+      const seen = new Set<string>();
+      assert.equal(notice("flat groups", { key: "flat", seen }), true);
+      assert.equal(notice("flat groups again", { key: "flat", seen }), false);
+    } finally {
+      console.warn = warn;
+    }
+    assert.deepEqual(warned, ["[art] flat groups"]);
+    assert.match(noticeHtml("<x>"), /class="art-notice art-notice-warning".*&lt;x&gt;/);
   });
 });

@@ -1,58 +1,208 @@
-// The first notebook as a user meets it: JupyterLab started by `npm start`'s command, tictactoe.ipynb
-// opened in headless Chromium (playwright-core), Run > Run All Cells with ART_SMOKE=1, and the reward
-// chart found in the page, drawn by plotly. The notebook is copied to a scratch root first, so Lab's
-// autosave cannot write outputs into the committed notebook. Screenshot: .artifacts/screenshots/.
+// The cookbook as a user meets it: JupyterLab started by `npm start`'s command, notebooks opened in
+// headless Chromium (playwright-core), read from what the page draws (plotly's own data on each
+// chart element), never from the saved file. Notebooks are copied to a scratch root first, so Lab's
+// autosave cannot write outputs into the committed ones. Screenshots: .artifacts/screenshots/.
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
-import { describe, it } from "node:test";
-import { chromium } from "playwright-core";
-import { ARTIFACTS, launchChromium, ROOT, startLab } from "./helpers";
+import { after, before, describe, it } from "node:test";
+import { type Browser, chromium, type Page } from "playwright-core";
+import { ARTIFACTS, launchChromium, ROOT, type RunningLab, startLab } from "./helpers";
 
-describe("tictactoe.ipynb in JupyterLab", () => {
-  it("runs all cells in the browser and shows the reward chart", { timeout: 600_000 }, async () => {
-    const root = path.join(ARTIFACTS, "lab-root");
+const COOKBOOK = ["tictactoe.ipynb", "2048.ipynb", "codenames.ipynb", "sft-then-rl.ipynb"];
+const STEPS = 4; // tictactoe's training steps in this test (ART_STEPS), beside ART_SMOKE's small groups
+const SHOTS = path.join(ARTIFACTS, "screenshots");
+
+/** What the page drew for one chart: each trace's split, metric, kind and point count, and each y-axis's pixel span. */
+interface DrawnChart {
+  traces: Array<{ split: string; metric: string; smoothed: boolean; points: number }>;
+  yAxes: Array<{ name: string; top: number; bottom: number; left: number }>;
+}
+
+// The page's DOM, as far as the functions run in it by page.evaluate use it (tests compile without lib "dom").
+interface PageElement {
+  textContent: string | null;
+  querySelector(selector: string): PageElement | null;
+  querySelectorAll(selector: string): Iterable<PageElement>;
+}
+declare const document: PageElement;
+
+/** The charts drawn in the outputs of the code cell whose source contains `marker`, as plotly holds them. */
+async function chartsOfCell(page: Page, marker: string): Promise<DrawnChart[]> {
+  return page.evaluate((marker) => {
+    const cell = [...document.querySelectorAll(".jp-CodeCell")].find((c) => c.querySelector(".jp-InputArea")?.textContent?.includes(marker));
+    if (!cell) return [];
+    return [...cell.querySelectorAll(".js-plotly-plot")].map((node) => {
+      const gd = node as unknown as { data?: Array<{ meta?: { split: string; metric: string; smoothed: boolean }; x?: unknown[] }>;
+        _fullLayout?: Record<string, { _offset?: number; _length?: number; side?: string; position?: number; _mainLinePosition?: number }> };
+      const layout = gd._fullLayout ?? {};
+      return {
+        traces: (gd.data ?? []).filter((t) => t.meta).map((t) => ({ ...t.meta!, points: t.x?.length ?? 0 })),
+        yAxes: Object.keys(layout).filter((k) => /^yaxis\d*$/.test(k)).map((k) => ({
+          name: k, top: layout[k]!._offset ?? 0, bottom: (layout[k]!._offset ?? 0) + (layout[k]!._length ?? 0), left: layout[k]!._mainLinePosition ?? 0,
+        })),
+      };
+    });
+  }, marker);
+}
+
+function points(chart: DrawnChart | undefined, split: string, metric: string, smoothed = false): number {
+  return chart?.traces.find((t) => t.split === split && t.metric === metric && t.smoothed === smoothed)?.points ?? 0;
+}
+
+async function waitForKernelIdle(page: Page): Promise<void> {
+  await page.locator(".jp-Notebook").first().waitFor({ timeout: 90_000 });
+  await page.locator(".jp-Toolbar-kernelName", { hasText: "TypeScript (art-ts)" }).first().waitFor({ timeout: 90_000 });
+  await page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').first().waitFor({ timeout: 90_000 });
+}
+
+/** The execution-count prompts of every code cell ("[7]:", "[*]:", "[ ]:"). */
+async function prompts(page: Page): Promise<string[]> {
+  return page.locator(".jp-Notebook .jp-CodeCell .jp-InputPrompt").allTextContents();
+}
+
+async function promptOf(page: Page, marker: string): Promise<string> {
+  return (await page.locator(".jp-CodeCell", { has: page.locator(".jp-InputArea", { hasText: marker }) }).locator(".jp-InputPrompt").first().textContent()) ?? "";
+}
+
+async function errorOutputs(page: Page): Promise<string[]> {
+  const stderr = await page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').allTextContents();
+  return stderr.filter((e) => /Error/.test(e));
+}
+
+/** Replaces the source of the code cell holding `marker` as a user would: click, select all, type. */
+async function editCell(page: Page, marker: string, source: string): Promise<void> {
+  const editor = page.locator(".jp-CodeCell", { has: page.locator(".jp-InputArea", { hasText: marker }) }).locator(".cm-content").first();
+  await editor.scrollIntoViewIfNeeded();
+  await editor.click();
+  await page.keyboard.press("Control+A");
+  await page.keyboard.insertText(source);
+}
+
+/** Runs the code cell holding `marker` (Shift+Enter in its editor) and waits until it has run. */
+async function runCell(page: Page, marker: string, timeoutMs: number): Promise<void> {
+  const before = await promptOf(page, marker);
+  const editor = page.locator(".jp-CodeCell", { has: page.locator(".jp-InputArea", { hasText: marker }) }).locator(".cm-content").first();
+  await editor.scrollIntoViewIfNeeded();
+  await editor.click();
+  await page.keyboard.press("Shift+Enter");
+  for (const deadline = Date.now() + timeoutMs; ;) {
+    const now = await promptOf(page, marker);
+    if (/\[\d+\]/.test(now) && now !== before) return;
+    assert.ok(Date.now() < deadline, `the cell "${marker}" did not finish within ${timeoutMs / 1000} s (prompt ${now})`);
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
+
+describe("the cookbook in JupyterLab", () => {
+  let lab: RunningLab;
+  let browser: Browser;
+  const root = path.join(ARTIFACTS, "lab-root");
+
+  before(async () => {
     fs.rmSync(root, { recursive: true, force: true });
-    fs.mkdirSync(root, { recursive: true });
+    fs.mkdirSync(path.join(root, "saved"), { recursive: true });
+    fs.mkdirSync(SHOTS, { recursive: true });
     fs.copyFileSync(path.join(ROOT, "notebooks", "tictactoe.ipynb"), path.join(root, "tictactoe.ipynb"));
-    const ready = await startLab(["--port", "0", "--token", "lab-test", "--root", root], { ART_SMOKE: "1" });
-    const browser = await launchChromium(chromium);
-    try {
-      const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
-      await page.goto(`${ready.url}/lab/tree/tictactoe.ipynb?token=${ready.token}`);
-      // The kernel is ready when the toolbar names it and its status is idle.
-      await page.locator(".jp-Notebook").first().waitFor({ timeout: 90_000 });
-      await page.getByText("TypeScript (art-ts)").first().waitFor({ timeout: 90_000 });
-      await page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').first().waitFor({ timeout: 90_000 });
+    for (const name of COOKBOOK) fs.copyFileSync(path.join(ROOT, "notebooks", name), path.join(root, "saved", name));
+    lab = await startLab(["--port", "0", "--token", "lab-test", "--root", root], { ART_SMOKE: "1", ART_STEPS: String(STEPS) });
+    browser = await launchChromium(chromium);
+  });
+  after(async () => {
+    await browser?.close();
+    lab?.stop();
+  });
+
+  it("tictactoe: Run All draws a live reward chart that gains a point per step; re-running training after a reward edit continues it",
+    { timeout: 900_000 }, async () => {
+      const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+      await page.goto(`${lab.url}/lab/tree/tictactoe.ipynb?reset&token=${lab.token}`);
+      await waitForKernelIdle(page);
       await page.locator(".lm-MenuBar-itemLabel", { hasText: /^Run$/ }).click();
       await page.locator(".lm-Menu-itemLabel", { hasText: /^Run All Cells$/ }).click();
 
-      // The live chart appears during training; the run is over when the last cell has run.
-      const chart = page.locator(".js-plotly-plot .main-svg, .art-plotly .main-svg").first();
-      await chart.waitFor({ timeout: 300_000 });
+      // While training runs, the page's chart must grow: a partial curve is seen (and kept as a screenshot).
+      const training = "const run = await trainLoop";
+      const seen = new Set<number>();
       const codeCells = await page.locator(".jp-CodeCell").count();
-      // Every code cell shows an execution count ("[7]:") once it has run.
-      const prompts = page.locator(".jp-CodeCell .jp-InputPrompt");
-      for (const deadline = Date.now() + 300_000; ;) {
-        const texts = await prompts.allTextContents();
+      for (const deadline = Date.now() + 600_000; ;) {
+        const chart = (await chartsOfCell(page, training))[0];
+        const n = points(chart, "train", "reward");
+        if (n > 0 && n < STEPS && !seen.has(n)) {
+          const element = page.locator(".jp-CodeCell", { has: page.locator(".jp-InputArea", { hasText: training }) }).locator(".js-plotly-plot").first();
+          await element.scrollIntoViewIfNeeded();
+          await element.screenshot({ path: path.join(SHOTS, `lab-tictactoe-live-step-${n}.png`) });
+        }
+        seen.add(n);
+        const texts = await prompts(page);
         if (texts.length === codeCells && texts.every((t) => /\[\d+\]/.test(t))) break;
-        assert.ok(Date.now() < deadline, `cells still running after 300 s: ${texts.join(" ")}`);
-        await new Promise((r) => setTimeout(r, 1000));
+        assert.ok(Date.now() < deadline, `cells still running after 600 s: ${texts.join(" ")}`);
+        await new Promise((r) => setTimeout(r, 300));
       }
-      const legend = await page.locator(".js-plotly-plot .legendtext, .art-plotly .legendtext").allTextContents();
-      const errors = await page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').allTextContents();
-      const shotDir = path.join(ARTIFACTS, "screenshots");
-      fs.mkdirSync(shotDir, { recursive: true });
-      const firstChart = page.locator(".js-plotly-plot, .art-plotly").first();
-      await firstChart.scrollIntoViewIfNeeded();
-      await firstChart.screenshot({ path: path.join(shotDir, "lab-tictactoe-chart.png") });
-      await page.screenshot({ path: path.join(shotDir, "lab-tictactoe.png") });
-      assert.ok(legend.some((t) => t.includes("train/reward")), `no train/reward line in the chart legends: ${legend.join(", ")}`);
-      assert.ok(legend.some((t) => t.includes("val/reward")), `no val/reward line in the chart legends: ${legend.join(", ")}`);
-      assert.deepEqual(errors.filter((e) => /Error/.test(e)), [], "a cell wrote an error");
-    } finally {
-      await browser.close();
-      ready.stop();
+      assert.deepEqual(await errorOutputs(page), [], "a cell wrote an error");
+      const partial = [...seen].filter((n) => n > 0 && n < STEPS);
+      assert.ok(partial.length >= 2, `the page's chart did not move during training (point counts seen: ${[...seen].join(", ")})`);
+
+      const [live] = await chartsOfCell(page, training);
+      assert.equal(points(live, "train", "reward"), STEPS, "one train point per step in the page");
+      assert.equal(points(live, "train", "reward", true), STEPS, "a smoothed line beside the per-step one");
+      assert.ok(points(live, "val", "reward") >= 2, "the val split as markers (at step 0 and after training)");
+      const trainingCell = page.locator(".jp-CodeCell", { has: page.locator(".jp-InputArea", { hasText: training }) });
+      await trainingCell.locator(".js-plotly-plot").first().screenshot({ path: path.join(SHOTS, "lab-tictactoe-chart.png") });
+
+      // The multi-metric chart: one panel per metric, no two y-axes on the same spot.
+      const metricsCell = "\"win\", \"illegal\", \"legal_moves\"";
+      const [panels] = await chartsOfCell(page, metricsCell);
+      assert.equal(panels?.yAxes.length, 3, "three metrics, three panels");
+      for (const a of panels!.yAxes) {
+        for (const b of panels!.yAxes) {
+          if (a.name < b.name) assert.ok(a.bottom <= b.top || b.bottom <= a.top, `y-axes ${a.name} and ${b.name} overlap: ${JSON.stringify([a, b])}`);
+        }
+      }
+      const metricsChart = page.locator(".jp-CodeCell", { has: page.locator(".jp-InputArea", { hasText: metricsCell }) }).locator(".js-plotly-plot").first();
+      await metricsChart.scrollIntoViewIfNeeded();
+      await metricsChart.screenshot({ path: path.join(SHOTS, "lab-tictactoe-metrics.png") });
+
+      // Games as transcripts with shaded tokens; notices as styled notes, never a stderr box.
+      assert.ok(await page.locator(".art-trajectory .art-token").count() > 0, "no trajectory transcript with tokens");
+      await page.locator(".art-trajectory").first().screenshot({ path: path.join(SHOTS, "lab-tictactoe-trajectory.png") });
+      const stderrArt = await page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]', { hasText: "[art]" }).count();
+      assert.equal(stderrArt, 0, "a notice was written to stderr");
+      assert.equal(await page.getByText(/notified about .*news/i).count(), 0, "the Jupyter news pop-up is showing");
+
+      // Tweak the reward, re-run it and the training cell: training continues, the chart gains points.
+      const rewardCell = "const REWARD = {";
+      const source = fs.readFileSync(path.join(ROOT, "notebooks", "tictactoe.ipynb"), "utf8");
+      const rewardSource = (JSON.parse(source) as { cells: Array<{ source: string | string[] }> }).cells
+        .map((c) => (Array.isArray(c.source) ? c.source.join("") : c.source)).find((s) => s.includes(rewardCell))!;
+      assert.match(rewardSource, /win: 1,/);
+      await editCell(page, rewardCell, rewardSource.replace("win: 1,", "win: 2,"));
+      await runCell(page, rewardCell, 60_000);
+      await runCell(page, training, 600_000);
+      assert.deepEqual(await errorOutputs(page), [], "re-running the reward and training cells wrote an error");
+      const [again] = await chartsOfCell(page, training);
+      assert.equal(points(again, "train", "reward"), 2 * STEPS, "the re-run continues the run: its chart holds both runs' steps");
+      await trainingCell.locator(".js-plotly-plot").first().screenshot({ path: path.join(SHOTS, "lab-tictactoe-rerun.png") });
+      await page.screenshot({ path: path.join(SHOTS, "lab-tictactoe.png") });
+      await page.close();
+    });
+
+  it("every cookbook notebook opens and saves in Lab without a change to its file", { timeout: 300_000 }, async () => {
+    for (const name of COOKBOOK) {
+      const file = path.join(root, "saved", name);
+      const mtime = fs.statSync(file).mtimeMs;
+      const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+      await page.goto(`${lab.url}/lab/tree/saved/${name}?reset&token=${lab.token}`);
+      await waitForKernelIdle(page);
+      await page.locator(".jp-Notebook .jp-Cell").first().click();
+      await page.keyboard.press("Control+S");
+      for (const deadline = Date.now() + 30_000; fs.statSync(file).mtimeMs === mtime;) {
+        assert.ok(Date.now() < deadline, `${name}: Lab did not save within 30 s`);
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      await page.close();
+      const committed = fs.readFileSync(path.join(ROOT, "notebooks", name), "utf8");
+      assert.equal(fs.readFileSync(file, "utf8"), committed, `${name} changed when Lab opened and saved it`);
     }
   });
 });

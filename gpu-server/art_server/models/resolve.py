@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from .builtin import builtin_names, builtin_path, is_builtin
-from .packaged import PACKAGED_MODELS, PackagedModelMissing, converted_path
+from . import packaged
+from .packaged import PACKAGED_MODELS, PackagedModelMissing, converted_path, missing_package_message
 
 DEFAULT_BASE_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -38,30 +39,45 @@ class ResolvedModel:
         return f"{kind} {self.path}"
 
 
-def resolve_base_model(name: str, data_dir: Path, cache_dir: Path | None = None) -> ResolvedModel:
-    """The folder to load `name` from and where it came from. `cache_dir` holds converted GGUFs
-    (default `<data_dir>/models`)."""
+def locate_base_model(name: str) -> str:
+    """Where `name` would load from (`builtin`, `folder`, `hf-cache`, `packaged-gguf`), checked without
+    building or converting anything: the server's start-up check. Raises ModelNotFound."""
     if is_builtin(name):
-        try:
-            return ResolvedModel(builtin_path(name, data_dir), {"kind": "builtin"})
-        except KeyError as error:
-            raise ModelNotFound(f"{error.args[0]}{_did_you_mean(name)}") from None
-    local = Path(name).expanduser()
-    if local.is_dir():
-        return ResolvedModel(local.resolve(), {"kind": "folder"})
-    cached = _hf_cache(name)
-    if cached is not None:
-        return ResolvedModel(cached, {"kind": "hf-cache"})
+        if name not in builtin_names():
+            raise ModelNotFound(f"unknown built-in model {name!r}{_did_you_mean(name)}; built-in models: {', '.join(builtin_names())}")
+        return "builtin"
+    if Path(name).expanduser().is_dir():
+        return "folder"
+    if _hf_cache(name) is not None:
+        return "hf-cache"
     if name in PACKAGED_MODELS:
-        try:
-            path, source = converted_path(name, cache_dir or data_dir / "models")
-        except PackagedModelMissing as error:
-            raise ModelNotFound(str(error)) from None
-        return ResolvedModel(path, source)
+        if packaged.packaged_file(PACKAGED_MODELS[name]) is None:
+            raise ModelNotFound(missing_package_message(PACKAGED_MODELS[name]))
+        return "packaged-gguf"
+    suggestion = _did_you_mean(name)
+    if suggestion:
+        raise ModelNotFound(f"base model {name!r} not found{suggestion}")
     raise ModelNotFound(
         f"base model {name!r} is neither a built-in model ({', '.join(builtin_names())}), a local folder, in the local "
         f"Hugging Face cache, nor a packaged model ({', '.join(PACKAGED_MODELS)}); the server never downloads: fetch it "
-        f"first (e.g. `huggingface-cli download {name}`) or pass a folder{_did_you_mean(name)}")
+        f"first (e.g. `huggingface-cli download {name}`) or pass a folder")
+
+
+def resolve_base_model(name: str, data_dir: Path, cache_dir: Path | None = None) -> ResolvedModel:
+    """The folder to load `name` from and where it came from. `cache_dir` holds converted GGUFs
+    (default `<data_dir>/models`)."""
+    kind = locate_base_model(name)
+    if kind == "builtin":
+        return ResolvedModel(builtin_path(name, data_dir), {"kind": "builtin"})
+    if kind == "folder":
+        return ResolvedModel(Path(name).expanduser().resolve(), {"kind": "folder"})
+    if kind == "hf-cache":
+        return ResolvedModel(_hf_cache(name), {"kind": "hf-cache"})  # type: ignore[arg-type]
+    try:
+        path, source = converted_path(name, cache_dir or data_dir / "models")
+    except PackagedModelMissing as error:
+        raise ModelNotFound(str(error)) from None
+    return ResolvedModel(path, source)
 
 
 def _hf_cache(name: str) -> Path | None:
@@ -79,4 +95,4 @@ def _hf_cache(name: str) -> Path | None:
 def _did_you_mean(name: str) -> str:
     known = [*builtin_names(), *PACKAGED_MODELS]
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-    return f". Did you mean {close[0]!r}?" if close else ""
+    return f": did you mean {close[0]!r}?" if close else ""

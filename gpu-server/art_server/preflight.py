@@ -1,0 +1,60 @@
+"""Start-up checks of the configuration, run before anything heavy loads. A mistake in a flag (an
+unknown base model, an engine or device this machine lacks, a data dir that cannot be written)
+ends the process with one line on stderr and exit code 78 (EX_CONFIG from sysexits.h), which
+LocalBackend turns into a ConfigurationError, instead of a traceback from inside the server."""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import os
+import tempfile
+from pathlib import Path
+
+from .config import CHOICES, ServerConfig
+from .models.resolve import ModelNotFound, locate_base_model
+
+
+class ConfigError(Exception):
+    """A configuration that cannot work; the message is the one line the user sees."""
+
+
+def check_config(config: ServerConfig) -> None:
+    # argparse checks flags against their choices, but not values from ART_* environment variables.
+    for name, allowed in CHOICES.items():
+        value = getattr(config, name)
+        if value not in allowed:
+            raise ConfigError(f"--{name} (or ART_{name.upper()}) {value!r} is not one of {', '.join(allowed)}{_did_you_mean(value, allowed)}")
+    check_writable(config.data_dir, "--data-dir")
+    if config.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ConfigError("--engine vllm: vLLM is not installed in this environment; on a CUDA machine run "
+                          "`ART_EXTRAS=vllm npm run setup`, or use --engine hf (or auto)")
+    if config.device == "cuda" or config.engine == "vllm":
+        import torch  # only here: the other checks must stay fast
+
+        if not torch.cuda.is_available():
+            flag = "--device cuda" if config.device == "cuda" else "--engine vllm"
+            raise ConfigError(f"{flag}: torch {torch.__version__} sees no CUDA device on this machine; "
+                              "use --device auto (or cpu) and --engine auto (or hf)")
+    if config.base_model:
+        try:
+            locate_base_model(config.base_model)
+        except ModelNotFound as error:
+            raise ConfigError(str(error)) from None
+
+
+def _did_you_mean(value: str, allowed: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(value.lower(), allowed, n=1, cutoff=0.5)
+    return f": did you mean {close[0]!r}?" if close else ""
+
+
+def check_writable(folder: Path, flag: str) -> None:
+    """Creates `folder` if needed and proves a file can be written in it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise ConfigError(f"{flag} {folder} cannot be written ({reason}); pick a folder this user can write") from None
