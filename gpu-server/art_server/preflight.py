@@ -6,8 +6,8 @@ LocalBackend turns into a ConfigurationError, instead of a traceback from inside
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import os
+import shlex
 import tempfile
 from pathlib import Path
 
@@ -26,16 +26,21 @@ def check_config(config: ServerConfig) -> None:
         if value not in allowed:
             raise ConfigError(f"--{name} (or ART_{name.upper()}) {value!r} is not one of {', '.join(allowed)}{_did_you_mean(value, allowed)}")
     check_writable(config.data_dir, "--data-dir")
-    if config.engine == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise ConfigError("--engine vllm: vLLM is not installed in this environment; on a CUDA machine run "
-                          "`ART_EXTRAS=vllm npm run setup`, or use --engine hf (or auto)")
-    if config.device == "cuda" or config.engine == "vllm":
+    if config.engine == "vllm":
+        # vLLM runs as its own process (`<vllm-command> serve`), so the command is what must exist;
+        # vLLM itself reports a missing GPU.
+        from .engine.vllm import vllm_argv
+
+        if vllm_argv(config.vllm_command) is None:
+            command = (shlex.split(config.vllm_command) or [""])[0]
+            raise ConfigError(f"--engine vllm: the vLLM command {command!r} is not found (--vllm-command); on a CUDA machine "
+                              "run `ART_EXTRAS=vllm npm run setup`, or use --engine hf (or auto)")
+    if config.device == "cuda":
         import torch  # only here: the other checks must stay fast
 
         if not torch.cuda.is_available():
-            flag = "--device cuda" if config.device == "cuda" else "--engine vllm"
-            raise ConfigError(f"{flag}: torch {torch.__version__} sees no CUDA device on this machine; "
-                              "use --device auto (or cpu) and --engine auto (or hf)")
+            raise ConfigError(f"--device cuda: torch {torch.__version__} sees no CUDA device on this machine; "
+                              "use --device auto (or cpu)")
     if config.base_model:
         try:
             locate_base_model(config.base_model)

@@ -44,7 +44,7 @@ describe("configuration errors from LocalBackend.start", () => {
   });
 
   it("an engine or device this machine lacks is one line", async () => {
-    assertOneLine((await startError({ dataDir: tempDir(), engine: "vllm" })).error, /--engine vllm: vLLM is not installed/);
+    assertOneLine((await startError({ dataDir: tempDir(), engine: "vllm" })).error, /--engine vllm: the vLLM command 'vllm' is not found/);
     assertOneLine((await startError({ dataDir: tempDir(), engine: "gpu" as never })).error, /invalid choice: 'gpu'/);
     const cuda = await startError({ dataDir: tempDir(), device: "cuda", baseModel: "builtin:tiny" });
     assertOneLine(cuda.error, /--device cuda: torch .* sees no CUDA device/);

@@ -26,6 +26,7 @@ import logging
 import os
 import secrets
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -49,6 +50,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def vllm_argv(command: str) -> list[str] | None:
+    """`--vllm-command` as argv, its program found on PATH or beside this Python (a venv's `vllm`
+    when the server was started by its python without the venv on PATH); None when not found."""
+    argv = shlex.split(command)
+    if not argv:
+        return None
+    found = shutil.which(argv[0]) or shutil.which(argv[0], path=str(Path(sys.executable).parent))
+    return [found, *argv[1:]] if found else None
+
+
 class VLLMEngine(Engine):
     kind = "vllm"
 
@@ -69,7 +80,7 @@ class VLLMEngine(Engine):
     @classmethod
     def command(cls, config: ServerConfig, base_model: str, path: Path, port: int, api_key: str) -> list[str]:
         return [
-            *shlex.split(config.vllm_command), "serve", str(path),
+            *(vllm_argv(config.vllm_command) or shlex.split(config.vllm_command)), "serve", str(path),
             "--served-model-name", base_model,
             "--host", "127.0.0.1", "--port", str(port),
             f"--api-key={api_key}",  # one argv item: argparse would take a key starting with "-" for a flag
