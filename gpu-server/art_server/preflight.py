@@ -5,14 +5,13 @@ LocalBackend turns into a ConfigurationError, instead of a traceback from inside
 
 from __future__ import annotations
 
-import difflib
 import os
 import shlex
 import tempfile
 from pathlib import Path
 
 from .config import CHOICES, ServerConfig
-from .models.resolve import ModelNotFound, locate_base_model
+from .models.resolve import ModelNotFound, did_you_mean, locate_base_model
 
 
 class ConfigError(Exception):
@@ -24,7 +23,7 @@ def check_config(config: ServerConfig) -> None:
     for name, allowed in CHOICES.items():
         value = getattr(config, name)
         if value not in allowed:
-            raise ConfigError(f"--{name} (or ART_{name.upper()}) {value!r} is not one of {', '.join(allowed)}{_did_you_mean(value, allowed)}")
+            raise ConfigError(f"--{name} (or ART_{name.upper()}) {value!r} is not one of {', '.join(allowed)}{did_you_mean(value.lower(), list(allowed), cutoff=0.5)}")
     check_writable(config.data_dir, "--data-dir")
     if config.engine == "vllm":
         # vLLM runs as its own process (`<vllm-command> serve`), so the command is what must exist;
@@ -46,11 +45,6 @@ def check_config(config: ServerConfig) -> None:
             locate_base_model(config.base_model)
         except ModelNotFound as error:
             raise ConfigError(str(error)) from None
-
-
-def _did_you_mean(value: str, allowed: tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(value.lower(), allowed, n=1, cutoff=0.5)
-    return f": did you mean {close[0]!r}?" if close else ""
 
 
 def check_writable(folder: Path, flag: str) -> None:

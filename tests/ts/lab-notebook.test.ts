@@ -50,6 +50,11 @@ function points(chart: DrawnChart | undefined, split: string, metric: string, sm
   return chart?.traces.find((t) => t.split === split && t.metric === metric && t.smoothed === smoothed)?.points ?? 0;
 }
 
+/** The code cell whose source contains `marker`. */
+function codeCell(page: Page, marker: string) {
+  return page.locator(".jp-CodeCell", { has: page.locator(".jp-InputArea", { hasText: marker }) });
+}
+
 async function waitForKernelIdle(page: Page): Promise<void> {
   await page.locator(".jp-Notebook").first().waitFor({ timeout: 90_000 });
   await page.locator(".jp-Toolbar-kernelName", { hasText: "TypeScript (art-ts)" }).first().waitFor({ timeout: 90_000 });
@@ -62,7 +67,7 @@ async function prompts(page: Page): Promise<string[]> {
 }
 
 async function promptOf(page: Page, marker: string): Promise<string> {
-  return (await page.locator(".jp-CodeCell", { has: page.locator(".jp-InputArea", { hasText: marker }) }).locator(".jp-InputPrompt").first().textContent()) ?? "";
+  return (await codeCell(page, marker).locator(".jp-InputPrompt").first().textContent()) ?? "";
 }
 
 async function errorOutputs(page: Page): Promise<string[]> {
@@ -72,7 +77,7 @@ async function errorOutputs(page: Page): Promise<string[]> {
 
 /** Replaces the source of the code cell holding `marker` as a user would: click, select all, type. */
 async function editCell(page: Page, marker: string, source: string): Promise<void> {
-  const editor = page.locator(".jp-CodeCell", { has: page.locator(".jp-InputArea", { hasText: marker }) }).locator(".cm-content").first();
+  const editor = codeCell(page, marker).locator(".cm-content").first();
   await editor.scrollIntoViewIfNeeded();
   await editor.click();
   await page.keyboard.press("Control+A");
@@ -82,7 +87,7 @@ async function editCell(page: Page, marker: string, source: string): Promise<voi
 /** Runs the code cell holding `marker` (Shift+Enter in its editor) and waits until it has run. */
 async function runCell(page: Page, marker: string, timeoutMs: number): Promise<void> {
   const before = await promptOf(page, marker);
-  const editor = page.locator(".jp-CodeCell", { has: page.locator(".jp-InputArea", { hasText: marker }) }).locator(".cm-content").first();
+  const editor = codeCell(page, marker).locator(".cm-content").first();
   await editor.scrollIntoViewIfNeeded();
   await editor.click();
   await page.keyboard.press("Shift+Enter");
@@ -129,7 +134,7 @@ describe("the cookbook in JupyterLab", () => {
         const chart = (await chartsOfCell(page, training))[0];
         const n = points(chart, "train", "reward");
         if (n > 0 && n < STEPS && !seen.has(n)) {
-          const element = page.locator(".jp-CodeCell", { has: page.locator(".jp-InputArea", { hasText: training }) }).locator(".js-plotly-plot").first();
+          const element = codeCell(page, training).locator(".js-plotly-plot").first();
           await element.scrollIntoViewIfNeeded();
           await element.screenshot({ path: path.join(SHOTS, `lab-tictactoe-live-step-${n}.png`) });
         }
@@ -147,7 +152,7 @@ describe("the cookbook in JupyterLab", () => {
       assert.equal(points(live, "train", "reward"), STEPS, "one train point per step in the page");
       assert.equal(points(live, "train", "reward", true), STEPS, "a smoothed line beside the per-step one");
       assert.ok(points(live, "val", "reward") >= 2, "the val split as markers (at step 0 and after training)");
-      const trainingCell = page.locator(".jp-CodeCell", { has: page.locator(".jp-InputArea", { hasText: training }) });
+      const trainingCell = codeCell(page, training);
       await trainingCell.locator(".js-plotly-plot").first().screenshot({ path: path.join(SHOTS, "lab-tictactoe-chart.png") });
 
       // The multi-metric chart: one panel per metric, no two y-axes on the same spot.
@@ -159,7 +164,7 @@ describe("the cookbook in JupyterLab", () => {
           if (a.name < b.name) assert.ok(a.bottom <= b.top || b.bottom <= a.top, `y-axes ${a.name} and ${b.name} overlap: ${JSON.stringify([a, b])}`);
         }
       }
-      const metricsChart = page.locator(".jp-CodeCell", { has: page.locator(".jp-InputArea", { hasText: metricsCell }) }).locator(".js-plotly-plot").first();
+      const metricsChart = codeCell(page, metricsCell).locator(".js-plotly-plot").first();
       await metricsChart.scrollIntoViewIfNeeded();
       await metricsChart.screenshot({ path: path.join(SHOTS, "lab-tictactoe-metrics.png") });
 

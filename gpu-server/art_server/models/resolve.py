@@ -44,7 +44,7 @@ def locate_base_model(name: str) -> str:
     building or converting anything: the server's start-up check. Raises ModelNotFound."""
     if is_builtin(name):
         if name not in builtin_names():
-            raise ModelNotFound(f"unknown built-in model {name!r}{_did_you_mean(name)}; built-in models: {', '.join(builtin_names())}")
+            raise ModelNotFound(f"unknown built-in model {name!r}{did_you_mean(name)}; built-in models: {', '.join(builtin_names())}")
         return "builtin"
     if Path(name).expanduser().is_dir():
         return "folder"
@@ -54,7 +54,7 @@ def locate_base_model(name: str) -> str:
         if packaged.packaged_file(PACKAGED_MODELS[name]) is None:
             raise ModelNotFound(missing_package_message(PACKAGED_MODELS[name]))
         return "packaged-gguf"
-    suggestion = _did_you_mean(name)
+    suggestion = did_you_mean(name)
     if suggestion:
         raise ModelNotFound(f"base model {name!r} not found{suggestion}")
     raise ModelNotFound(
@@ -92,7 +92,8 @@ def _hf_cache(name: str) -> Path | None:
     return path if (path / "config.json").exists() else None
 
 
-def _did_you_mean(name: str) -> str:
-    known = [*builtin_names(), *PACKAGED_MODELS]
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+def did_you_mean(name: str, known: list[str] | None = None, cutoff: float = 0.6) -> str:
+    """": did you mean 'x'?" for the nearest of `known` (default: the built-in and packaged models), or ""."""
+    choices = known if known is not None else [*builtin_names(), *PACKAGED_MODELS]
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=cutoff)
     return f": did you mean {close[0]!r}?" if close else ""
