@@ -32,7 +32,7 @@ async function main() {
       const gathered = await gatherTrajectoryGroups(groups, { progress: false });
       const rewards = gathered.flatMap((g) => g.trajectories.map((t) => t.reward));
       const mean = rewards.reduce((a, b) => a + b, 0) / rewards.length;
-      const result = await model.train(gathered, { learning_rate: Number(values.lr), progress: false });
+      const result = await model.train(gathered, { learningRate: Number(values.lr), progress: false });
       console.log(`step ${String(step).padStart(3)}  reward ${mean.toFixed(3)}  ${"#".repeat(Math.round(mean * 40))}` +
         `  -> ${model.inferenceName(result.step)}`);
     }

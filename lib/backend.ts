@@ -6,8 +6,9 @@
 import readline from "node:readline";
 import { Readable } from "node:stream";
 import { z } from "zod";
-import { ServerApiError, ServerUnreachableError, UnauthorizedError } from "./errors";
-import { ErrorBody, TrainLine } from "./wire";
+import { ServerApiError, ServerProtocolError, ServerUnreachableError, UnauthorizedError } from "./errors";
+import { httpUrlOption, parseOptions } from "./options";
+import { ErrorBody, type StreamLine, TrainLine } from "./wire";
 
 /** What models need from a backend. */
 export interface Backend {
@@ -17,8 +18,8 @@ export interface Backend {
   readonly token: string;
   /** A JSON request, validated with `schema`; throws typed errors. */
   request<T>(method: "GET" | "POST", path: string, schema: z.ZodType<T>, body?: unknown): Promise<T>;
-  /** A streaming NDJSON request; `onLine` sees every line; resolves with all of them. */
-  stream(path: string, body: unknown, onLine?: (line: TrainLine) => void): Promise<TrainLine[]>;
+  /** A streaming NDJSON request; `onLine` sees every line; resolves with all of them (an error line throws). */
+  stream(path: string, body: unknown, onLine?: (line: StreamLine) => void): Promise<StreamLine[]>;
   /** Frees what the backend holds (a local server process). */
   close(): Promise<void>;
   /** Why the backend cannot be used any more (closed, or its server died), or undefined while it can. */
@@ -33,6 +34,11 @@ export interface RemoteBackendOptions {
   token: string;
 }
 
+const RemoteBackendOptionsSchema = z.object({
+  url: httpUrlOption,
+  token: z.string().min(1),
+}).strict();
+
 /**
  * A gpu-server on another machine (or anywhere with a URL).
  *
@@ -45,14 +51,16 @@ export class RemoteBackend implements Backend {
   readonly token: string;
 
   constructor(options: RemoteBackendOptions) {
-    this.url = options.url.replace(/\/+$/, "");
-    this.token = options.token;
+    const { url, token } = parseOptions("new RemoteBackend", RemoteBackendOptionsSchema, options);
+    this.url = url.replace(/\/+$/, "");
+    this.token = token;
   }
 
   /** Turns a transport failure into a typed error; LocalBackend adds what it knows of the process. */
   protected unreachable(path: string, error: unknown): Error {
-    return new ServerUnreachableError(`cannot reach the gpu-server at ${this.url} (${path}): ${String((error as Error)?.message ?? error)}. ` +
-      "Is it running, and is the URL right?");
+    const cause = (error as { cause?: { message?: string } })?.cause?.message;
+    return new ServerUnreachableError(`cannot reach the gpu-server at ${this.url} (${path}): ${String((error as Error)?.message ?? error)}` +
+      `${cause ? ` (${cause})` : ""}. Is it running, and is the URL right?`, { cause: error });
   }
 
   /** Why this backend cannot be used any more; a remote one always can be tried. */
@@ -79,30 +87,64 @@ export class RemoteBackend implements Backend {
 
   async request<T>(method: "GET" | "POST", path: string, schema: z.ZodType<T>, body?: unknown): Promise<T> {
     const response = await this.send(method, path, body);
-    return schema.parse(await response.json());
+    let text: string;
+    try {
+      text = await response.text();
+    } catch (error) {
+      throw await this.interrupted(path, error);
+    }
+    return parseAnswer(path, schema, text);
   }
 
-  async stream(path: string, body: unknown, onLine?: (line: TrainLine) => void): Promise<TrainLine[]> {
+  async stream(path: string, body: unknown, onLine?: (line: StreamLine) => void): Promise<StreamLine[]> {
     const response = await this.send("POST", path, body);
-    if (!response.body) throw new ServerApiError(`empty stream from ${path}`, response.status, null);
-    const lines: TrainLine[] = [];
+    if (!response.body) throw new ServerProtocolError(`${path}: the server answered ${response.status} with no body`);
+    const lines: StreamLine[] = [];
     const reader = readline.createInterface({ input: Readable.fromWeb(response.body as import("node:stream/web").ReadableStream) });
-    for await (const raw of reader) {
-      if (!raw.trim()) continue;
-      const line = TrainLine.parse(JSON.parse(raw));
-      if (line.type === "error") throw new ServerApiError(line.error.message, 500, line.error.code ?? null);
-      lines.push(line);
-      onLine?.(line);
+    try {
+      for await (const raw of reader) {
+        if (!raw.trim()) continue;
+        const line = parseAnswer(path, TrainLine, raw);
+        if (line.type === "error") throw new ServerApiError(`${path}: ${line.error.message}`, 500, line.error.code ?? null);
+        lines.push(line);
+        onLine?.(line);
+      }
+    } catch (error) {
+      if (error instanceof ServerApiError || error instanceof ServerProtocolError) throw error;
+      throw await this.interrupted(path, error);
     }
     return lines;
+  }
+
+  /** The connection broke while an answer was read (the server died, or the network dropped). */
+  protected async interrupted(path: string, error: unknown): Promise<Error> {
+    return new ServerUnreachableError(`the connection to the gpu-server at ${this.url} broke while reading ${path} ` +
+      `(${String((error as Error)?.message ?? error)}); check that the server is still running, then retry`, { cause: error });
   }
 
   async close(): Promise<void> {}
 }
 
+/** Parses one answer (JSON) with `schema`; anything else is a {@link ServerProtocolError}. */
+function parseAnswer<T>(path: string, schema: z.ZodType<T>, text: string): T {
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    throw new ServerProtocolError(`${path}: the server's answer is not JSON: ${JSON.stringify(text.slice(0, 200))}`);
+  }
+  const parsed = schema.safeParse(json);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new ServerProtocolError(`${path}: the server's answer does not have the shape this client expects ` +
+      `(${issue?.path.join(".") || "answer"}: ${issue?.message}); are the client and the server the same version?`);
+  }
+  return parsed.data;
+}
+
 async function apiError(response: Response, path: string): Promise<Error> {
-  const text = await response.text();
-  let message = text.slice(0, 500);
+  const text = await response.text().catch(() => "");
+  let message = text.slice(0, 500) || response.statusText;
   let code: string | null = null;
   let param: string | null = null;
   try {

@@ -5,13 +5,16 @@
  * @module
  */
 import path from "node:path";
+import { z } from "zod";
 import { type Backend, RemoteBackend } from "./backend";
 import { ConfigurationError } from "./errors";
-import { LocalBackend, type LocalBackendOptions, PROJECT_ROOT } from "./local-backend";
+import { LocalBackend, type LocalBackendOptions } from "./local-backend";
+import { parseOptions, safeNameOption } from "./options";
+import { workspaceRoot } from "./server-command";
 
 /** Options of {@link connectBackend}. */
 export interface ConnectOptions {
-  /** Names the run's data dir: `<root>/.art/runs/<run>-<time>/`. */
+  /** Names the run's data dir: `.art/runs/<run>-<time>/` (letters, digits, `.`, `_`, `-`). */
   run: string;
   /** The base model of a local server (default {@link DEFAULT_BASE_MODEL}). */
   baseModel?: string;
@@ -23,6 +26,14 @@ export interface ConnectOptions {
   env?: NodeJS.ProcessEnv;
 }
 
+const ConnectOptionsSchema = z.object({
+  run: safeNameOption,
+  baseModel: z.string().min(1).optional(),
+  engine: z.enum(["auto", "hf", "vllm"]).optional(),
+  dataDir: z.string().optional(),
+  env: z.record(z.string(), z.string().optional()).optional(),
+}).strict();
+
 /** The local backend each run name started last in this process (a notebook kernel). */
 const started = new Map<string, LocalBackend>();
 
@@ -31,6 +42,7 @@ const started = new Map<string, LocalBackend>();
  * the server it started before and starts a fresh run at step 0.
  */
 export async function connectBackend(options: ConnectOptions): Promise<Backend & { describe: string }> {
+  parseOptions("connectBackend", ConnectOptionsSchema, options);
   const env = options.env ?? process.env;
   const url = env.ART_SERVER_URL;
   if (url) {
@@ -41,7 +53,7 @@ export async function connectBackend(options: ConnectOptions): Promise<Backend &
   // Re-running a notebook's server cell starts a fresh run; the previous run's server stops.
   await started.get(options.run)?.close();
   const stamp = new Date().toISOString().replace(/[-:]/g, "").replace(/\..*/, "");
-  const dataDir = options.dataDir || path.join(PROJECT_ROOT, ".art", "runs", `${options.run}-${stamp}`);
+  const dataDir = options.dataDir || path.join(workspaceRoot(), ".art", "runs", `${options.run}-${stamp}`);
   const backend = await LocalBackend.start({ dataDir, baseModel: options.baseModel, engine: options.engine });
   started.set(options.run, backend);
   return Object.assign(backend, { describe: `local gpu-server (pid ${backend.pid ?? "reused"}) on ${dataDir}` });

@@ -7,6 +7,7 @@
  * @module
  */
 import fs from "node:fs";
+import { MissingDependencyError } from "./errors";
 
 /** The payload of a Jupyter display message: one output, several representations. */
 export type MimeBundle = Record<string, unknown>;
@@ -84,7 +85,14 @@ function scriptSafe(text: string): string {
 }
 
 function plotlyLibraryScript(): string {
-  const source = fs.readFileSync(require.resolve("plotly.js-dist-min/plotly.min.js"), "utf8");
+  let file: string;
+  try {
+    file = require.resolve("plotly.js-dist-min/plotly.min.js");
+  } catch (error) {
+    throw new MissingDependencyError("charts in a notebook need the optional package plotly.js-dist-min: " +
+      "`npm install plotly.js-dist-min`, then restart the kernel", { cause: error });
+  }
+  const source = fs.readFileSync(file, "utf8");
   // Hide an AMD loader (classic notebook pages have require.js) so the UMD bundle sets window.Plotly.
   return `<script>(function(){var d=window.define;window.define=undefined;\n${scriptSafe(source)}\n;window.define=d;` +
     `(window.__artPlotlyQueue||[]).forEach(function(f){f();});window.__artPlotlyQueue=[];})();</script>`;

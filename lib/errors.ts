@@ -6,8 +6,9 @@
 
 /** The base class of every error this library throws. */
 export class ArtError extends Error {
-  constructor(message: string) {
-    super(message);
+  /** `options.cause`: the underlying error, when another library's error led to this one. */
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
     this.name = new.target.name;
   }
 }
@@ -51,3 +52,15 @@ export class BackendClosedError extends ArtError {}
 
 /** The environment or options name something that cannot work (e.g. a URL without its token). */
 export class ConfigurationError extends ArtError {}
+
+/** The server's answer was not what this client expects (a version mismatch, or a broken answer). */
+export class ServerProtocolError extends ArtError {}
+
+/** A call needs an optional package that is not installed; the message says which and how to add it. */
+export class MissingDependencyError extends ArtError {}
+
+/** A model call made by this library (a judge, a turn) failed; `cause` holds the client's error. */
+export class ModelCallError extends ArtError {}
+
+/** The Hugging Face Hub refused or failed a request; `cause` holds the Hub client's error. */
+export class HubError extends ArtError {}

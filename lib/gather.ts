@@ -3,7 +3,10 @@
  * failures up to a limit. And `retry` for flaky steps inside a rollout.
  * @module
  */
+import { z } from "zod";
 import { ProgressLine } from "./display";
+import { ArtError, BadTrajectoryError } from "./errors";
+import { functionOption, parseOptions } from "./options";
 import { Trajectory, TrajectoryGroup, type TrajectorySource } from "./trajectory";
 
 /** Options of {@link gatherTrajectoryGroups} and {@link gatherTrajectories}. */
@@ -18,14 +21,20 @@ export interface GatherOptions {
   progress?: string | false;
 }
 
-/** Gathering failed: more rollouts threw than `maxExceptions` allows. Carries the first error. */
-export class GatherError extends Error {
+const GatherOptionsSchema = z.object({
+  maxExceptions: z.number().min(0).optional(),
+  concurrency: z.number().int().min(1).max(100_000).optional(),
+  afterEach: functionOption<(group: TrajectoryGroup) => void | Promise<void>>().optional(),
+  progress: z.union([z.string(), z.literal(false)]).optional(),
+}).strict();
+
+/** Gathering failed: more rollouts threw than `maxExceptions` allows. Carries every error; `cause` is the first. */
+export class GatherError extends ArtError {
   constructor(
     message: string,
     readonly errors: unknown[],
   ) {
-    super(message);
-    this.name = "GatherError";
+    super(message, { cause: errors[0] });
   }
 }
 
@@ -40,7 +49,18 @@ function start(source: TrajectorySource): Promise<Trajectory> {
  * and sampled tokens per second.
  */
 export async function gatherTrajectoryGroups(groups: Iterable<TrajectoryGroup>, options: GatherOptions = {}): Promise<TrajectoryGroup[]> {
+  return gather("gatherTrajectoryGroups", groups, options);
+}
+
+async function gather(call: string, groups: Iterable<TrajectoryGroup>, input: GatherOptions): Promise<TrajectoryGroup[]> {
+  const options = parseOptions(call, GatherOptionsSchema, input);
+  if (groups == null || typeof (groups as Iterable<unknown>)[Symbol.iterator] !== "function") {
+    throw new BadTrajectoryError(`${call}: expected an array of TrajectoryGroup`);
+  }
   const all = [...groups];
+  all.forEach((group, i) => {
+    if (!(group instanceof TrajectoryGroup)) throw new BadTrajectoryError(`${call}: item ${i} is not a TrajectoryGroup (wrap rollouts in new TrajectoryGroup([...]))`);
+  });
   const jobs = all.flatMap((group) => group.sources.filter((s) => !(s instanceof Trajectory)).map((source) => ({ group, source })));
   for (const group of all) group.trajectories = group.sources.filter((s): s is Trajectory => s instanceof Trajectory);
   const total = jobs.length;
@@ -102,7 +122,10 @@ export async function gatherTrajectoryGroups(groups: Iterable<TrajectoryGroup>, 
 
 /** Like {@link gatherTrajectoryGroups} for loose trajectories (e.g. an evaluation); returns them. */
 export async function gatherTrajectories(sources: Iterable<TrajectorySource>, options: Omit<GatherOptions, "afterEach"> = {}): Promise<Trajectory[]> {
-  const [group] = await gatherTrajectoryGroups([new TrajectoryGroup(sources)], options);
+  if (sources == null || typeof (sources as Iterable<unknown>)[Symbol.iterator] !== "function") {
+    throw new BadTrajectoryError("gatherTrajectories: expected an array of rollouts (functions returning a Trajectory)");
+  }
+  const [group] = await gather("gatherTrajectories", [new TrajectoryGroup(sources)], options);
   return group!.trajectories;
 }
 
@@ -118,8 +141,16 @@ export interface RetryOptions {
   on?: (error: unknown) => boolean;
 }
 
+const RetryOptionsSchema = z.object({
+  attempts: z.number().int().min(1).max(1000).optional(),
+  delay: z.number().min(0).max(3_600_000).optional(),
+  backoff: z.number().min(1).max(100).optional(),
+  on: functionOption<(error: unknown) => boolean>().optional(),
+}).strict();
+
 /** Calls `fn` until it succeeds, up to `attempts` times, waiting longer after each failure. */
 export async function retry<T>(fn: () => Promise<T>, options: RetryOptions = {}): Promise<T> {
+  options = parseOptions("retry", RetryOptionsSchema, options);
   const attempts = options.attempts ?? 3;
   let delay = options.delay ?? 250;
   for (let attempt = 1; ; attempt++) {

@@ -4,7 +4,8 @@
  * @module
  */
 import { type DisplayHandle, type PlotlyFigure, showPlotly } from "./display";
-import type { HistoryRow } from "./wire";
+import { MissingDependencyError } from "./errors";
+import type { HistoryRow } from "./results";
 
 /** Numeric columns only; a metric missing from a row is NaN. */
 export function historyColumns(rows: HistoryRow[]): { columns: string[]; records: Array<Record<string, number | string>> } {
@@ -22,9 +23,28 @@ export function historyColumns(rows: HistoryRow[]): { columns: string[]; records
   return { columns, records };
 }
 
-/** The rows as a danfo DataFrame (step, split, one column per metric). */
-export async function historyFrame(rows: HistoryRow[]): Promise<import("danfojs-node").DataFrame> {
-  const dfd = await import("danfojs-node");
+/**
+ * A danfo DataFrame, typed by the members used most. danfojs-node is an optional peer, so the
+ * package's declarations do not name its types; with it installed, cast to its `DataFrame` for the rest.
+ */
+export interface HistoryFrame {
+  readonly columns: string[];
+  readonly values: unknown[];
+  readonly shape: number[];
+  print(): void;
+  head(rows?: number): HistoryFrame;
+  tail(rows?: number): HistoryFrame;
+}
+
+/** The rows as a danfo DataFrame (step, split, one column per metric). Needs the optional danfojs-node. */
+export async function historyFrame(rows: HistoryRow[]): Promise<HistoryFrame> {
+  let dfd: { DataFrame: new (data: unknown, options: { columns: string[] }) => HistoryFrame };
+  try {
+    dfd = (await import("danfojs-node")) as unknown as typeof dfd;
+  } catch (error) {
+    throw new MissingDependencyError("DataFrames need the optional package danfojs-node: `npm install danfojs-node` " +
+      "(or read plain rows with model.historyRows())", { cause: error });
+  }
   const { columns, records } = historyColumns(rows);
   return new dfd.DataFrame(records, { columns });
 }

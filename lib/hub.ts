@@ -4,9 +4,11 @@
  * Uses `@huggingface/hub`; `hubUrl` points it at another Hub-compatible server.
  * @module
  */
-import { ArtError } from "./errors";
+import { z } from "zod";
+import { ConfigurationError, HubError, ServerApiError, ServerUnreachableError } from "./errors";
+import { httpUrlOption, parseOptions } from "./options";
 import type { TrainableModel } from "./model";
-import type { HistoryRow } from "./wire";
+import type { HistoryRow } from "./results";
 
 /** Options of {@link pushToHub}. */
 export interface PushToHubOptions {
@@ -20,6 +22,30 @@ export interface PushToHubOptions {
   hubUrl?: string;
   /** Create the repository as private (default true). */
   private?: boolean;
+}
+
+const PushToHubOptionsSchema = z.object({
+  repo: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]*\/[A-Za-z0-9][A-Za-z0-9._-]*$/, "must be `user/name` or `org/name`"),
+  step: z.number().int().min(0).optional(),
+  token: z.string().min(1).optional(),
+  hubUrl: httpUrlOption.optional(),
+  private: z.boolean().optional(),
+}).strict();
+
+const DownloadFromHubOptionsSchema = z.object({
+  revision: z.string().min(1).optional(),
+  cacheDir: z.string().min(1).optional(),
+  token: z.string().min(1).optional(),
+  hubUrl: httpUrlOption.optional(),
+}).strict();
+
+/** Runs a Hub call; its failures become a {@link HubError} that says what was being done. */
+async function onHub<T>(what: string, call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (error) {
+    throw new HubError(`${what}: ${(error as Error)?.message ?? String(error)}`, { cause: error });
+  }
 }
 
 /** The model card of a pushed adapter. */
@@ -63,29 +89,36 @@ export function modelCard(model: TrainableModel, step: number, history: HistoryR
  * commit's URL.
  */
 export async function pushToHub(model: TrainableModel, options: PushToHubOptions): Promise<{ repo: string; step: number; commitUrl: string | undefined }> {
+  parseOptions("pushToHub", PushToHubOptionsSchema, options);
   const hub = await import("@huggingface/hub");
   const accessToken = options.token ?? process.env.HF_TOKEN;
-  if (!accessToken) throw new ArtError("pushToHub needs a token with write access: pass { token } or set HF_TOKEN");
+  if (!accessToken) throw new ConfigurationError("pushToHub needs a token with write access: pass { token } or set HF_TOKEN");
   const step = options.step ?? (await model.getStep());
   const backend = model.backend;
   const files: Array<{ path: string; content: Blob }> = [];
   for (const name of ["adapter_config.json", "adapter_model.safetensors"]) {
-    const response = await fetch(`${backend.url}/v1/art/models/${encodeURIComponent(model.name)}/checkpoints/${step}/files/${name}`, {
-      headers: { Authorization: `Bearer ${backend.token}` },
+    const url = `${backend.url}/v1/art/models/${encodeURIComponent(model.name)}/checkpoints/${step}/files/${name}`;
+    const response = await fetch(url, { headers: { Authorization: `Bearer ${backend.token}` } }).catch((error: unknown) => {
+      throw new ServerUnreachableError(`pushToHub: cannot reach the gpu-server at ${backend.url}: ${(error as Error).message}`, { cause: error });
     });
-    if (!response.ok) throw new ArtError(`cannot read ${name} of ${model.name}@${step} from the backend (${response.status}): ${await response.text()}`);
+    if (!response.ok) {
+      throw new ServerApiError(`pushToHub: cannot read ${name} of ${model.name}@${step} from the backend: ${await response.text().catch(() => "")}`,
+        response.status, null);
+    }
     files.push({ path: name, content: new Blob([await response.arrayBuffer()]) });
   }
   files.push({ path: "README.md", content: new Blob([modelCard(model, step, await model.historyRows())]) });
   try {
     await hub.createRepo({ repo: options.repo, accessToken, hubUrl: options.hubUrl, private: options.private ?? true });
   } catch (error) {
-    if (!/already exists|409|conflict/i.test(String((error as Error).message))) throw error;
+    if (!/already exists|409|conflict/i.test(String((error as Error).message))) {
+      throw new HubError(`pushToHub: cannot create ${options.repo}: ${(error as Error).message}`, { cause: error });
+    }
   }
-  const commit = await hub.uploadFiles({
+  const commit = await onHub(`pushToHub: uploading to ${options.repo}`, () => hub.uploadFiles({
     repo: options.repo, accessToken, hubUrl: options.hubUrl, files,
     commitTitle: `${model.name}@${step}: LoRA adapter trained with art-ts`,
-  });
+  }));
   return { repo: options.repo, step, commitUrl: commit?.commit?.url };
 }
 
@@ -106,10 +139,11 @@ export interface DownloadFromHubOptions {
  * server on this machine finds it by its id; returns the snapshot folder.
  */
 export async function downloadFromHub(repo: string, options: DownloadFromHubOptions = {}): Promise<string> {
+  parseOptions("downloadFromHub", DownloadFromHubOptionsSchema, options);
   const hub = await import("@huggingface/hub");
   const token = options.token ?? process.env.HF_TOKEN;
-  return hub.snapshotDownload({
+  return onHub(`downloadFromHub: ${repo}`, () => hub.snapshotDownload({
     repo, revision: options.revision, hubUrl: options.hubUrl, ...(options.cacheDir ? { cacheDir: options.cacheDir } : {}),
     ...(token ? { accessToken: token } : {}),
-  });
+  }));
 }

@@ -1,24 +1,28 @@
 /**
- * `LocalBackend`: starts the bundled gpu-server from the project's `.venv` and stops it when done.
+ * `LocalBackend`: starts the gpu-server on this machine (see server-command.ts for which one) and
+ * stops it when done.
  * @module
  */
 import fs from "node:fs";
 import path from "node:path";
 import readline from "node:readline";
+import { z } from "zod";
 import { RemoteBackend } from "./backend";
 import { DEFAULT_BASE_MODEL } from "./base-model";
-import { BackendClosedError, ConfigurationError, ServerCrashedError } from "./errors";
+import { BackendClosedError, ConfigurationError, ServerCrashedError, ServerProtocolError } from "./errors";
+import { parseOptions } from "./options";
+import { findServerCommand, workspaceRoot } from "./server-command";
 import { ReadyLine } from "./wire";
 
 /** Options of {@link LocalBackend.start}. */
 export interface LocalBackendOptions {
-  /** Models, checkpoints and logs (default `<project>/.art`). */
+  /** Models, checkpoints and logs (default `.art` in the current directory; in a clone of art-ts, its `.art`). */
   dataDir?: string;
   /** The base model to load at start (default {@link DEFAULT_BASE_MODEL}). */
   baseModel?: string;
   /**
    * Where the server converts packaged GGUF models once (default `ART_MODEL_CACHE`, else
-   * `<project>/.art/models`, shared by every data dir).
+   * `.art/models` beside the default data dir, shared by every data dir).
    */
   modelCache?: string;
   /** `auto` (vllm with CUDA when installed, else hf), `hf` or `vllm`. */
@@ -29,11 +33,31 @@ export interface LocalBackendOptions {
   args?: string[];
   /** How long to wait for the server to be ready (default 120 s). */
   startupTimeoutMs?: number;
-  /** The project root holding `.venv` (default: found from this file). */
+  /** The folder holding `.art` and `.venv` (default: the art-ts clone this runs from, else the current directory). */
   projectRoot?: string;
+  /**
+   * The command that starts the server: a path to `art-server`, or an executable and its first
+   * arguments (`["/opt/venv/bin/python", "-m", "art_server"]`). Default `ART_SERVER_COMMAND`, else
+   * the clone's `.venv`, `.venv/bin/art-server` under `projectRoot`, or `art-server` on PATH.
+   */
+  serverCommand?: string | string[];
   /** Extra environment for the server (e.g. `HF_HUB_CACHE`). */
   env?: Record<string, string>;
 }
+
+const nonEmpty = z.string().min(1);
+const LocalBackendOptionsSchema = z.object({
+  dataDir: nonEmpty.optional(),
+  baseModel: nonEmpty.optional(),
+  modelCache: nonEmpty.optional(),
+  engine: z.enum(["auto", "hf", "vllm"]).optional(),
+  device: z.enum(["auto", "cpu", "cuda"]).optional(),
+  args: z.array(z.string()).optional(),
+  startupTimeoutMs: z.number().int().min(1000).max(3_600_000).optional(),
+  projectRoot: nonEmpty.optional(),
+  serverCommand: z.union([nonEmpty, z.array(nonEmpty).min(1)]).optional(),
+  env: z.record(z.string(), z.string()).optional(),
+}).strict();
 
 interface RunningServer {
   pid: number;
@@ -50,9 +74,6 @@ function configurationLine(logFile: string): string | undefined {
   const line = tailOf(logFile, 5).split("\n").find((l) => l.startsWith(CONFIG_ERROR_PREFIX));
   return line?.slice(CONFIG_ERROR_PREFIX.length);
 }
-
-/** The project root (holding `.venv` and the default data dir `.art`). */
-export const PROJECT_ROOT = path.resolve(__dirname, "..");
 
 function tailOf(file: string, lines = 30): string {
   try {
@@ -85,14 +106,12 @@ export class LocalBackend extends RemoteBackend {
 
   /** Starts (or reuses) the local server and waits for its ready line. */
   static async start(options: LocalBackendOptions = {}): Promise<LocalBackend> {
-    const root = options.projectRoot ?? PROJECT_ROOT;
+    options = parseOptions("LocalBackend.start", LocalBackendOptionsSchema, options);
+    const root = path.resolve(options.projectRoot ?? workspaceRoot());
     const dataDir = path.resolve(options.dataDir ?? path.join(root, ".art"));
     const reused = await reuse(dataDir);
     if (reused) return new LocalBackend(reused);
-    const python = path.join(root, ".venv", "bin", "python");
-    if (!fs.existsSync(python)) {
-      throw new ConfigurationError(`no Python environment at ${path.dirname(path.dirname(python))}: run \`npm run setup\` in ${root}`);
-    }
+    const server = findServerCommand({ serverCommand: options.serverCommand, root: options.projectRoot });
     try {
       fs.mkdirSync(path.join(dataDir, "logs"), { recursive: true });
       fs.accessSync(path.join(dataDir, "logs"), fs.constants.W_OK);
@@ -101,13 +120,13 @@ export class LocalBackend extends RemoteBackend {
         "pick a folder this user can write");
     }
     const logFile = path.join(dataDir, "logs", `server-${new Date().toISOString().replace(/[:.]/g, "-")}.log`);
-    const args = ["-m", "art_server", "--port", "0", "--data-dir", dataDir, "--engine", options.engine ?? "auto",
+    const args = [...server.args, "--port", "0", "--data-dir", dataDir, "--engine", options.engine ?? "auto",
       "--device", options.device ?? "auto", "--base-model", options.baseModel ?? DEFAULT_BASE_MODEL,
       "--model-cache", options.modelCache ?? process.env.ART_MODEL_CACHE ?? path.join(root, ".art", "models"),
       // The server stops when this process is gone, even when it is killed (a kernel restarted or killed).
       "--parent-pid", String(process.pid), ...(options.args ?? [])];
     const { execa } = await import("execa");
-    const child = execa(python, args, {
+    const child = execa(server.command, args, {
       stdout: "pipe", stderr: { file: logFile }, stdin: "ignore", reject: false, cleanup: true,
       env: { PYTHONUNBUFFERED: "1", ...(options.env ?? {}) },
     });
@@ -121,7 +140,16 @@ export class LocalBackend extends RemoteBackend {
       readline.createInterface({ input: child.stdout! }).on("line", (line) => {
         if (!line.startsWith("{")) return;
         clearTimeout(timer);
-        resolve(ReadyLine.parse(JSON.parse(line)));
+        let parsed: ReturnType<typeof ReadyLine.safeParse> | undefined;
+        try {
+          parsed = ReadyLine.safeParse(JSON.parse(line));
+        } catch {
+          parsed = undefined;
+        }
+        if (parsed?.success) return resolve(parsed.data);
+        child.kill("SIGKILL");
+        reject(new ServerProtocolError(`LocalBackend.start: ${server.command} (${server.source}) printed ${JSON.stringify(line.slice(0, 200))}, ` +
+          "not art-server's ready line: is it an art-server of the same version as this client?"));
       });
       void exited.then(({ exitCode }) => {
         clearTimeout(timer);
@@ -131,16 +159,16 @@ export class LocalBackend extends RemoteBackend {
           tailOf(logFile)));
       });
     });
-    const server: RunningServer = { pid: child.pid!, exited, kill: (signal) => child.kill(signal) };
-    const backend = new LocalBackend(ready, server, logFile);
+    const running: RunningServer = { pid: child.pid!, exited, kill: (signal) => child.kill(signal) };
+    const backend = new LocalBackend(ready, running, logFile);
     void exited.then(({ exitCode, signal }) => {
       if (backend.closing) return;
       const tail = tailOf(logFile);
-      backend.crashed = new ServerCrashedError(`the gpu-server (pid ${server.pid}) died (${signal ?? `exit ${exitCode}`}); ` +
+      backend.crashed = new ServerCrashedError(`the gpu-server (pid ${running.pid}) died (${signal ?? `exit ${exitCode}`}); ` +
         `its log (${logFile}) ends:\n${tail}\nRe-run the cell that starts the backend (or start a new LocalBackend on the same data dir): ` +
         "every model resumes at its latest step.", tail);
     });
-    const stop = () => server.kill("SIGTERM");
+    const stop = () => running.kill("SIGTERM");
     process.once("exit", stop);
     backend.removeExitHook = () => process.off("exit", stop);
     return backend;
@@ -156,6 +184,13 @@ export class LocalBackend extends RemoteBackend {
 
   protected override unreachable(requestPath: string, error: unknown): Error {
     return this.crashed ?? super.unreachable(requestPath, error);
+  }
+
+  /** A connection that broke mid-answer: when the server died, say so with its log (its exit is seen within a second). */
+  protected override async interrupted(requestPath: string, error: unknown): Promise<Error> {
+    if (this.server && !this.crashed) await Promise.race([this.server.exited, new Promise((r) => setTimeout(r, 1000))]);
+    await new Promise((r) => setImmediate(r));
+    return this.crashed ?? super.interrupted(requestPath, error);
   }
 
   override unusable(): Error | undefined {

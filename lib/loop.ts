@@ -3,13 +3,15 @@
  * on them, evaluate now and then, and redraw the reward curve in place.
  * @module
  */
+import { z } from "zod";
 import { DisplayHandle, ProgressLine } from "./display";
 import { summarize } from "./evaluate";
 import { gatherTrajectoryGroups } from "./gather";
 import { plotHistory } from "./history";
-import type { TrainableModel, TrainOptions } from "./model";
+import { checkTrainOptions, TrainableModel, type TrainOptions } from "./model";
+import { functionOption, parseOptions } from "./options";
 import type { TrajectoryGroup } from "./trajectory";
-import type { HistoryRow } from "./wire";
+import type { HistoryRow } from "./results";
 
 /** Options of {@link trainLoop}. */
 export interface TrainLoopOptions {
@@ -30,6 +32,17 @@ export interface TrainLoopOptions {
   chart?: DisplayHandle;
 }
 
+const TrainLoopOptionsSchema = z.object({
+  model: z.instanceof(TrainableModel, { message: "must be a TrainableModel" }),
+  steps: z.number().int().min(0).max(1_000_000),
+  groups: functionOption<(step: number) => TrajectoryGroup[]>(),
+  train: z.record(z.string(), z.unknown()).optional(),
+  evaluate: z.object({ every: z.number().int().min(1), groups: functionOption<() => TrajectoryGroup[]>() }).strict().optional(),
+  metrics: z.array(z.string().min(1)).min(1).optional(),
+  concurrency: z.number().int().min(1).max(100_000).optional(),
+  chart: z.instanceof(DisplayHandle, { message: "must be a DisplayHandle" }).optional(),
+}).strict();
+
 /** What a loop did: the history rows at its end, wall time, and the chart it drew. */
 export interface TrainLoopResult {
   history: HistoryRow[];
@@ -42,6 +55,8 @@ export interface TrainLoopResult {
  * evaluation; the chart of `metrics` per step (train and val lines) is redrawn after every step.
  */
 export async function trainLoop(options: TrainLoopOptions): Promise<TrainLoopResult> {
+  parseOptions("trainLoop", TrainLoopOptionsSchema, options);
+  checkTrainOptions("trainLoop: option `train`:", options.train);
   const { model, steps } = options;
   const chart = options.chart ?? new DisplayHandle();
   const metrics = options.metrics ?? ["reward"];

@@ -3,21 +3,24 @@
  * that is only called, e.g. an OpenAI model as a baseline). Rollout code takes either.
  * @module
  */
+import fs from "node:fs";
 import OpenAI from "openai";
 import { z } from "zod";
 import type { Backend } from "./backend";
 import { DEFAULT_BASE_MODEL } from "./base-model";
-import { ProgressLine } from "./display";
-import { notice } from "./notice";
-import { BadTrajectoryError, ModelNotRegisteredError } from "./errors";
-import fs from "node:fs";
-import { historyFrame } from "./history";
-import { Trajectory, type MessageParam, type ToolParam, type TrajectoryGroup } from "./trajectory";
+import { type LoraConfig, LoraConfigSchema, type SftConfig, SftConfigSchema, type TrainConfig, TrainConfigSchema } from "./config";
 import {
-  DeleteCheckpointsResult as DeleteCheckpointsResultSchema, type DeleteCheckpointsResult,
-  HistoryRow as HistoryRowSchema, ModelInfo, SftConfig as SftConfigSchema, TrainConfig as TrainConfigSchema,
-  type HistoryRow, type LoraConfig, type SftConfig, type TrainConfig, type TrainLine,
-} from "./wire";
+  deleteCheckpointsFromWire, historyRowFromWire, loraToWire, metricNameToWire, registeredModelFromWire, sftConfigToWire,
+  trainConfigToWire, trainEventFromWire,
+} from "./convert";
+import { ProgressLine } from "./display";
+import { BadTrajectoryError, ModelNotRegisteredError, ServerProtocolError } from "./errors";
+import { historyFrame, type HistoryFrame } from "./history";
+import { notice } from "./notice";
+import { functionOption, httpUrlOption, parseOptions, safeNameOption } from "./options";
+import type { DeleteCheckpointsResult, HistoryRow, RegisteredModel, StepMetrics, TrainEvent, TrainResult } from "./results";
+import { Trajectory, type MessageParam, type ToolParam, type TrajectoryGroup } from "./trajectory";
+import { DeleteCheckpointsWire, HistoryRowWire, ModelInfo } from "./wire";
 
 /** A conversation to learn from with SFT. */
 export interface Conversation {
@@ -26,7 +29,13 @@ export interface Conversation {
 }
 
 function readJsonl(file: string): Conversation[] {
-  return fs.readFileSync(file, "utf8").split("\n").filter((l) => l.trim()).map((line, i) => {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, "utf8");
+  } catch (error) {
+    throw new BadTrajectoryError(`model.trainSft: cannot read ${file} (${(error as NodeJS.ErrnoException).code ?? String(error)})`);
+  }
+  return text.split("\n").filter((l) => l.trim()).map((line, i) => {
     try {
       return JSON.parse(line) as Conversation;
     } catch (error) {
@@ -53,6 +62,12 @@ export interface ModelOptions {
   apiKey?: string;
 }
 
+const ModelOptionsSchema = z.object({
+  name: z.string().min(1),
+  baseURL: httpUrlOption.optional(),
+  apiKey: z.string().optional(),
+}).strict();
+
 /**
  * A model that is not trained here: OpenAI, or any OpenAI-compatible endpoint, as a baseline.
  * `Model.fromEnv()` reads `ART_BASELINE_MODEL`, `ART_BASELINE_BASE_URL` and `ART_BASELINE_API_KEY`
@@ -63,6 +78,7 @@ export class Model implements ChatModel {
   private readonly client: OpenAI;
 
   constructor(options: ModelOptions) {
+    parseOptions("new Model", ModelOptionsSchema, options);
     this.name = options.name;
     this.client = new OpenAI({ apiKey: options.apiKey ?? process.env.OPENAI_API_KEY ?? "unset", baseURL: options.baseURL });
   }
@@ -98,15 +114,12 @@ export interface TrainableModelOptions {
   lora?: LoraConfig;
 }
 
-/** The result of a training step. */
-export interface TrainResult {
-  /** The new step (served as `name@step`). */
-  step: number;
-  /** Reward statistics, skipped groups, tokens trained, losses and timings of the step. */
-  metrics: Record<string, unknown>;
-  /** Every NDJSON line the server streamed. */
-  lines: TrainLine[];
-}
+const TrainableModelOptionsSchema = z.object({
+  name: safeNameOption,
+  project: safeNameOption,
+  baseModel: z.string().min(1).optional(),
+  lora: LoraConfigSchema.optional(),
+}).strict();
 
 /** Options of {@link TrainableModel.train} beyond the GRPO config. */
 export interface TrainOptions extends TrainConfig {
@@ -114,9 +127,38 @@ export interface TrainOptions extends TrainConfig {
   servePreviousDuringTraining?: boolean;
   /** Show a progress line (default true). */
   progress?: boolean;
-  /** Each streamed line. */
-  onLine?: (line: TrainLine) => void;
+  /** Each line the server streams (start, progress, warnings, result). */
+  onEvent?: (event: TrainEvent) => void;
 }
+
+const TrainOptionsSchema = TrainConfigSchema.extend({
+  servePreviousDuringTraining: z.boolean().optional(),
+  progress: z.boolean().optional(),
+  onEvent: functionOption<(event: TrainEvent) => void>().optional(),
+}).strict();
+
+/** Checks the options of `model.train` for `call` (e.g. a loop that passes them on later). */
+export function checkTrainOptions(call: string, options: unknown): TrainOptions {
+  return parseOptions(call, TrainOptionsSchema, options);
+}
+
+/** Options of {@link TrainableModel.trainSft} beyond the SFT config. */
+export interface TrainSftOptions extends SftConfig {
+  /** Show a progress line (default true). */
+  progress?: boolean;
+  /** Each line the server streams. */
+  onEvent?: (event: TrainEvent) => void;
+}
+
+const TrainSftOptionsSchema = SftConfigSchema.extend({
+  progress: z.boolean().optional(),
+  onEvent: functionOption<(event: TrainEvent) => void>().optional(),
+}).strict();
+
+const LogOptionsSchema = z.object({ split: z.string().regex(/^[A-Za-z0-9 _.-]{1,64}$/, "must be 1-64 letters, digits, spaces, '.', '_' or '-'").optional() }).strict();
+const DeleteCheckpointsOptionsSchema = z.object({
+  keepBestBy: z.string().regex(/^[A-Za-z0-9_.-]+\/[A-Za-z0-9_./-]+$/, "must be `split/metric`, e.g. `val/reward`").optional(),
+}).strict();
 
 /**
  * A model trained with LoRA on a backend.
@@ -139,6 +181,7 @@ export class TrainableModel implements ChatModel {
   private readonly noticesShown = new Set<string>();
 
   constructor(options: TrainableModelOptions) {
+    parseOptions("new TrainableModel", TrainableModelOptionsSchema, options);
     this.name = options.name;
     this.project = options.project;
     this.baseModel = options.baseModel ?? DEFAULT_BASE_MODEL;
@@ -152,14 +195,14 @@ export class TrainableModel implements ChatModel {
   }
 
   /** Registers (step 0) or resumes (latest step) the model on `backend`. */
-  async register(backend: Backend): Promise<ModelInfo> {
+  async register(backend: Backend): Promise<RegisteredModel> {
     const info = await backend.request("POST", "/v1/art/models/register", ModelInfo, {
-      name: this.name, project: this.project, base_model: this.baseModel, ...(this.lora ? { lora: this.lora } : {}),
+      name: this.name, project: this.project, base_model: this.baseModel, ...(this.lora ? { lora: loraToWire(this.lora) } : {}),
     });
     this.backendRef = backend;
     this.client = undefined;
     this.step = info.step;
-    return info;
+    return registeredModelFromWire(info);
   }
 
   /** `name@step` for a step, or the bare name (its latest step) when none is given. */
@@ -192,85 +235,102 @@ export class TrainableModel implements ChatModel {
    * shows progress, and returns the new step with its metrics.
    */
   async train(groups: TrajectoryGroup[], options: TrainOptions = {}): Promise<TrainResult> {
-    const { servePreviousDuringTraining, progress, onLine, ...config } = options;
+    const { servePreviousDuringTraining, progress, onEvent, ...config } = checkTrainOptions("model.train", options);
     const wire = toWireGroups(groups, true);
     const flat = groups.filter((g) => g.hasZeroVariance()).length;
     // Shown once per model: a converging (or stuck) run has flat groups step after step, and each
-    // step's metrics.groups_skipped_by_reason keeps counting them.
+    // step's metrics.groupsSkippedByReason keeps counting them.
     if (flat) {
       notice(`${flat} of ${groups.length} groups have the same reward for every trajectory: GRPO gets no gradient ` +
         "from them. Make the reward tell rollouts apart (partial credit, more rollouts per group). " +
-        "Shown once; each step's metrics.groups_skipped_by_reason keeps counting.", { key: "flat-groups", seen: this.noticesShown });
+        "Shown once; each step's metrics.groupsSkippedByReason keeps counting.", { key: "flat-groups", seen: this.noticesShown });
     }
-    return this.runStep("train", { groups: wire, config: TrainConfigSchema.parse(config),
-      serve_previous_during_training: servePreviousDuringTraining ?? false }, progress ?? true, onLine);
+    return this.runStep("train", { groups: wire, config: trainConfigToWire(config),
+      serve_previous_during_training: servePreviousDuringTraining ?? false }, progress ?? true, onEvent);
   }
 
   /**
    * One SFT step: trains on conversations (trajectories, `{messages, tools?}` objects, or the path
    * of a JSONL file of them), loss on assistant turns. Makes a new step that RL continues from.
    */
-  async trainSft(data: Trajectory[] | Conversation[] | string, config: SftConfig & { progress?: boolean } = {}): Promise<TrainResult> {
-    const { progress, ...rest } = config;
-    const conversations = typeof data === "string" ? readJsonl(data) : data.map((item, i) =>
+  async trainSft(data: Trajectory[] | Conversation[] | string, options: TrainSftOptions = {}): Promise<TrainResult> {
+    const { progress, onEvent, ...config } = parseOptions("model.trainSft", TrainSftOptionsSchema, options);
+    if (typeof data !== "string" && !Array.isArray(data)) {
+      throw new BadTrajectoryError("model.trainSft: data must be trajectories, {messages, tools?} objects, or the path of a JSONL file of them");
+    }
+    const conversations = typeof data === "string" ? readJsonl(data) : data.map((item) =>
       item instanceof Trajectory ? { messages: item.messages(), ...(item.tools ? { tools: item.tools } : {}) } : item);
-    if (!conversations.length) throw new BadTrajectoryError("no conversations to train on");
+    if (!conversations.length) throw new BadTrajectoryError("model.trainSft: no conversations to train on");
     conversations.forEach((c, i) => {
-      if (!Array.isArray(c.messages) || !c.messages.some((m) => m.role === "assistant")) {
-        throw new BadTrajectoryError(`conversation ${i} has no assistant message to learn from`);
+      if (!c || !Array.isArray(c.messages) || !c.messages.some((m) => m?.role === "assistant")) {
+        throw new BadTrajectoryError(`model.trainSft: conversation ${i} has no assistant message to learn from`);
       }
     });
-    return this.runStep("train_sft", { conversations, config: SftConfigSchema.parse(rest) }, progress ?? true);
+    return this.runStep("train_sft", { conversations, config: sftConfigToWire(config) }, progress ?? true, onEvent);
   }
 
-  /** The metrics history as a danfo DataFrame: step, split, and a column per numeric metric. */
-  async history(): Promise<import("danfojs-node").DataFrame> {
+  /** The metrics history as a danfo DataFrame (needs the optional `danfojs-node`): step, split, and a column per numeric metric. */
+  async history(): Promise<HistoryFrame> {
     const rows = await this.historyRows();
     return historyFrame(rows);
   }
 
-  /** The metrics history as plain rows. */
+  /** The metrics history as plain rows (the server's metric names in camelCase, yours as you named them). */
   async historyRows(): Promise<HistoryRow[]> {
-    const body = await this.backend.request("GET", `/v1/art/models/${encodeURIComponent(this.name)}/history`, z.object({ rows: z.array(HistoryRowSchema) }));
-    return body.rows;
+    const body = await this.backend.request("GET", `/v1/art/models/${encodeURIComponent(this.name)}/history`, z.object({ rows: z.array(HistoryRowWire) }));
+    return body.rows.map(historyRowFromWire);
   }
 
   /** Deletes every checkpoint but the latest and the best by `keepBestBy` (`split/metric`, default `val/reward`). */
   async deleteCheckpoints(options: { keepBestBy?: string } = {}): Promise<DeleteCheckpointsResult> {
-    return this.backend.request("POST", `/v1/art/models/${encodeURIComponent(this.name)}/delete_checkpoints`,
-      DeleteCheckpointsResultSchema, { keep_best_by: options.keepBestBy ?? "val/reward" });
+    const { keepBestBy = "val/reward" } = parseOptions("model.deleteCheckpoints", DeleteCheckpointsOptionsSchema, options);
+    const [split, ...metric] = keepBestBy.split("/");
+    const result = await this.backend.request("POST", `/v1/art/models/${encodeURIComponent(this.name)}/delete_checkpoints`,
+      DeleteCheckpointsWire, { keep_best_by: `${split}/${metricNameToWire(metric.join("/"))}` });
+    return deleteCheckpointsFromWire(result);
   }
 
-  /** Stores groups (default split "val") and their metrics at the current step. */
-  async log(groups: TrajectoryGroup[], options: { split?: string } = {}): Promise<Record<string, unknown>> {
-    return this.backend.request("POST", `/v1/art/models/${encodeURIComponent(this.name)}/log`, z.record(z.string(), z.unknown()),
-      { split: options.split ?? "val", groups: toWireGroups(groups, false) });
+  /** Stores groups (default split "val") and their metrics at the current step; returns the history row. */
+  async log(groups: TrajectoryGroup[], options: { split?: string } = {}): Promise<HistoryRow> {
+    const { split = "val" } = parseOptions("model.log", LogOptionsSchema, options);
+    const row = await this.backend.request("POST", `/v1/art/models/${encodeURIComponent(this.name)}/log`, HistoryRowWire,
+      { split, groups: toWireGroups(groups, false) });
+    return historyRowFromWire(row);
   }
 
   protected async runStep(kind: "train" | "train_sft", body: unknown, showProgress: boolean,
-    onLine?: (line: TrainLine) => void): Promise<TrainResult> {
+    onEvent?: (event: TrainEvent) => void): Promise<TrainResult> {
     const bar = showProgress ? new ProgressLine(kind === "train" ? `train ${this.name}` : `sft ${this.name}`) : null;
-    const lines = await this.backend.stream(`/v1/art/models/${encodeURIComponent(this.name)}/${kind}`, body, (line) => {
-      if (line.type === "progress") {
-        bar?.update({ done: line.gradient_step, total: line.gradient_steps, detail: `loss ${line.loss.toFixed(4)} · grad ${line.grad_norm.toFixed(3)}` });
-      } else if (line.type === "warning") {
+    const events: TrainEvent[] = [];
+    await this.backend.stream(`/v1/art/models/${encodeURIComponent(this.name)}/${kind}`, body, (line) => {
+      const event = trainEventFromWire(line);
+      events.push(event);
+      if (event.type === "progress") {
+        bar?.update({ done: event.gradientStep, total: event.gradientSteps, detail: `loss ${event.loss.toFixed(4)} · grad ${event.gradNorm.toFixed(3)}` });
+      } else if (event.type === "warning") {
         // A warning repeated step after step (e.g. "nothing to train") is shown once per model.
-        notice(line.message, { seen: this.noticesShown });
+        notice(event.message, { seen: this.noticesShown });
       }
-      onLine?.(line);
+      onEvent?.(event);
     });
-    const result = lines[lines.length - 1];
-    if (!result || result.type !== "result") throw new Error(`the ${kind} stream ended without a result`);
+    const result = events[events.length - 1];
+    if (!result || result.type !== "result") {
+      throw new ServerProtocolError(`model.${kind === "train" ? "train" : "trainSft"}: the server's stream ended without a result; ` +
+        "the step may not have completed: call model.getStep() to see where the model is");
+    }
     this.step = result.step;
     bar?.finish({ done: 1, total: 1, detail: `step ${result.step}` });
-    return { step: result.step, metrics: result.metrics, lines };
+    const { step: fromStep, split: _split, time: _time, trainedIntoStep: _into, ...metrics } = result.metrics;
+    return { step: result.step, fromStep, metrics: metrics as StepMetrics, events };
   }
 }
 
 /** The wire groups, validated: names the group and trajectory at fault. */
 function toWireGroups(groups: TrajectoryGroup[], needTokens: boolean) {
+  if (!Array.isArray(groups)) throw new BadTrajectoryError("expected an array of TrajectoryGroup (e.g. the result of gatherTrajectoryGroups)");
   if (!groups.length) throw new BadTrajectoryError("no groups to send: gather some rollouts first");
   return groups.map((group, g) => {
+    if (!Array.isArray(group?.trajectories)) throw new BadTrajectoryError(`group ${g} is not a TrajectoryGroup`);
     if (!group.trajectories.length) {
       throw new BadTrajectoryError(`group ${g} has no finished trajectories${group.exceptions.length ? ` (${group.exceptions.length} rollouts threw)` : ""}`);
     }

@@ -3,8 +3,10 @@
  * from 0 to 1 against the others, with a rubric. Works with any OpenAI-compatible judge.
  * @module
  */
+import type OpenAI from "openai";
 import { z } from "zod";
-import { ArtError } from "./errors";
+import { ArtError, ModelCallError } from "./errors";
+import { parseOptions } from "./options";
 import type { ChatModel } from "./model";
 import type { MessageParam, TrajectoryGroup } from "./trajectory";
 
@@ -47,6 +49,14 @@ export interface RulerOptions {
   maxTokens?: number;
 }
 
+const RulerOptionsSchema = z.object({
+  judge: z.custom<ChatModel>((v) => typeof (v as ChatModel)?.openai === "function" && typeof (v as ChatModel)?.inferenceName === "function",
+    { message: "must be a model (new Model({...}) or a TrainableModel)" }),
+  rubric: z.string().min(1).optional(),
+  temperature: z.number().min(0).max(2).optional(),
+  maxTokens: z.number().int().min(1).max(1_000_000).optional(),
+}).strict();
+
 /** The judge's conversation for a group (exported so a judge can be taught it). */
 export function judgeMessages(group: TrajectoryGroup, rubric: string = DEFAULT_RUBRIC): MessageParam[] {
   const transcripts = group.trajectories.map((t, i) => {
@@ -78,20 +88,26 @@ export function parseJudgeReply(text: string): JudgeScores {
 
 /**
  * Scores every trajectory of `group` with the judge: the score becomes the reward, the previous
- * reward is kept in `metrics.independent_reward`, and the judge's explanation is added to `logs`.
+ * reward is kept in `metrics.independentReward`, and the judge's explanation is added to `logs`.
  * When the reply is not valid or has the wrong number of scores, the judge is asked once more,
  * told what was wrong; a second failure throws {@link JudgeOutputError}.
  */
 export async function rulerScoreGroup(group: TrajectoryGroup, options: RulerOptions): Promise<TrajectoryGroup> {
+  parseOptions("rulerScoreGroup", RulerOptionsSchema, options);
   const n = group.trajectories.length;
   if (n < 2) return group; // nothing to compare
   const messages = judgeMessages(group, options.rubric);
   const outputs: string[] = [];
   let problem = "";
   for (let attempt = 0; attempt < 2; attempt++) {
-    const completion = await options.judge.openai().chat.completions.create({
-      model: options.judge.inferenceName(), messages, temperature: options.temperature ?? 0, max_tokens: options.maxTokens ?? 1024,
-    });
+    let completion: OpenAI.Chat.Completions.ChatCompletion;
+    try {
+      completion = await options.judge.openai().chat.completions.create({
+        model: options.judge.inferenceName(), messages, temperature: options.temperature ?? 0, max_tokens: options.maxTokens ?? 1024,
+      });
+    } catch (error) {
+      throw new ModelCallError(`rulerScoreGroup: the judge ${options.judge.inferenceName()} failed: ${(error as Error).message}`, { cause: error });
+    }
     const text = completion.choices[0]?.message.content ?? "";
     outputs.push(text);
     try {
@@ -102,7 +118,7 @@ export async function rulerScoreGroup(group: TrajectoryGroup, options: RulerOpti
       }
       for (const score of parsed.scores) {
         const trajectory = group.trajectories[Number(score.trajectory_id) - 1]!;
-        trajectory.metrics.independent_reward = trajectory.reward;
+        trajectory.metrics.independentReward = trajectory.reward;
         trajectory.reward = score.score;
         trajectory.log(`judge: ${score.score.toFixed(3)} ${score.explanation}`.trimEnd());
       }

@@ -95,6 +95,7 @@ export class Trajectory {
 
   /** Appends a message, or choice `index` of a completion (keeping its token ids and logprobs). */
   push(item: MessageParam | ChatCompletion, index = 0): this {
+    if (!item || typeof item !== "object") throw new BadTrajectoryError(`trajectory.push takes a message or a chat completion (got ${item === null ? "null" : typeof item})`);
     if ("choices" in item) this.messagesAndChoices.push(sampledChoice(item, index));
     else this.messagesAndChoices.push(item);
     return this;

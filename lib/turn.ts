@@ -5,6 +5,7 @@
  * answer on the exact prompt it was sampled from) or a scripted player (a function).
  * @module
  */
+import { ModelCallError } from "./errors";
 import type { ChatModel } from "./model";
 import type { Trajectory } from "./trajectory";
 
@@ -29,6 +30,8 @@ export async function takeTurn(trajectory: Trajectory, userContent: string, poli
   const completion = await policy.openai().chat.completions.create({
     model: policy.inferenceName(), max_tokens: options.maxTokens, seed: options.seed, temperature: options.temperature,
     messages: [messages[0]!, messages[messages.length - 1]!],  // the rules, and this turn
+  }).catch((error: unknown) => {
+    throw new ModelCallError(`takeTurn: ${policy.inferenceName()} failed: ${(error as Error)?.message ?? String(error)}`, { cause: error });
   });
   trajectory.push(completion);
   return completion.choices[0]?.message.content ?? "";

@@ -1,6 +1,7 @@
 /**
  * The wire: zod schemas for everything that crosses HTTP between this client and the gpu-server
- * (mirroring gpu-server/art_server/api/schemas.py). Types come from the schemas.
+ * (mirroring gpu-server/art_server/api/schemas.py), in the wire's snake_case. Types come from the
+ * schemas; convert.ts turns them into the camelCase API.
  * @module
  */
 import { z } from "zod";
@@ -26,15 +27,6 @@ export const ErrorBody = z.object({
     param: z.string().nullable().optional(),
   }),
 });
-
-/** LoRA configuration of a trainable model. */
-export const LoraConfig = z.object({
-  r: z.number().int().min(1).max(512).default(8),
-  alpha: z.number().int().min(1).default(16),
-  dropout: z.number().min(0).lt(1).default(0),
-  target_modules: z.array(z.string()).min(1).default(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
-});
-export type LoraConfig = z.input<typeof LoraConfig>;
 
 /** A registered model as the server describes it. */
 export const ModelInfo = z.object({
@@ -96,37 +88,6 @@ export const TokenFields = z.object({
   }).passthrough()),
 }).passthrough();
 
-/** GRPO step configuration (server defaults apply to what is left out). */
-export const TrainConfig = z.object({
-  learning_rate: z.number().positive().optional(),
-  loss: z.enum(["ppo", "cispo"]).optional(),
-  eps_low: z.number().min(0).optional(),
-  eps_high: z.number().min(0).optional(),
-  kl_coef: z.number().min(0).optional(),
-  scale_rewards: z.boolean().optional(),
-  importance_sampling: z.enum(["token", "sequence"]).optional(),
-  max_grad_norm: z.number().positive().optional(),
-  micro_batch_size: z.number().int().min(1).optional(),
-  gradient_steps: z.number().int().min(1).optional(),
-  temperature: z.number().positive().optional(),
-  max_sequence_length: z.number().int().min(1).optional(),
-}).strict();
-export type TrainConfig = z.infer<typeof TrainConfig>;
-
-/** SFT configuration. */
-export const SftConfig = z.object({
-  learning_rate: z.number().positive().optional(),
-  epochs: z.number().int().min(1).optional(),
-  batch_size: z.number().int().min(1).optional(),
-  schedule: z.enum(["constant", "cosine"]).optional(),
-  warmup_ratio: z.number().min(0).lt(1).optional(),
-  train_on: z.enum(["all_assistant", "last_assistant"]).optional(),
-  max_grad_norm: z.number().positive().optional(),
-  micro_batch_size: z.number().int().min(1).optional(),
-  seed: z.number().int().optional(),
-}).strict();
-export type SftConfig = z.infer<typeof SftConfig>;
-
 /** One NDJSON line of a training step. */
 export const TrainLine = z.discriminatedUnion("type", [
   z.object({ type: z.literal("start"), from_step: z.number().int(), step: z.number().int() }).passthrough(),
@@ -143,15 +104,18 @@ export const TrainLine = z.discriminatedUnion("type", [
   z.object({ type: z.literal("error"), error: ErrorBody.shape.error }),
 ]);
 export type TrainLine = z.infer<typeof TrainLine>;
+/** A line of a training stream other than an error (the backend throws those). */
+export type StreamLine = Exclude<TrainLine, { type: "error" }>;
 
-/** The metrics row a step or a log call appends to the history. */
-export const HistoryRow = z.object({ step: z.number().int(), split: z.string() }).catchall(z.unknown());
-export type HistoryRow = z.infer<typeof HistoryRow>;
+/** The metrics row a step or a log call appends to the history (snake_case; see convert.ts). */
+export const HistoryRowWire = z.object({ step: z.number().int(), split: z.string() }).catchall(z.unknown());
 
 /** What deleting checkpoints did. */
-export const DeleteCheckpointsResult = z.object({
+export const DeleteCheckpointsWire = z.object({
   deleted: z.array(z.number().int()),
   kept: z.array(z.number().int()),
   best_step: z.number().int().nullable(),
-}).passthrough();
-export type DeleteCheckpointsResult = z.infer<typeof DeleteCheckpointsResult>;
+  metric: z.string().optional(),
+  note: z.string().nullable().optional(),
+});
+export type DeleteCheckpointsWire = z.infer<typeof DeleteCheckpointsWire>;

@@ -54,7 +54,7 @@ describe("TrainableModel on a LocalBackend", () => {
       const gathered = await gatherTrajectoryGroups(groups, { progress: false });
       const mean = gathered.flatMap((g) => g.trajectories).reduce((s, t) => s + t.reward, 0) / 32;
       rewards.push(mean);
-      const result = await model.train(gathered, { learning_rate: 1e-2, progress: false });
+      const result = await model.train(gathered, { learningRate: 1e-2, progress: false });
       assert.equal(result.step, step + 1);
       if (rewards.length >= 20) {
         const first = rewards.slice(0, 10).reduce((a, b) => a + b) / 10;
@@ -78,7 +78,7 @@ describe("TrainableModel on a LocalBackend", () => {
     const frame = await model.history();
     const steps = await model.getStep();
     assert.equal(frame.shape[0], steps);
-    for (const column of ["step", "split", "reward", "loss", "grad_norm", "hit"]) assert.ok(frame.columns.includes(column), column);
+    for (const column of ["step", "split", "reward", "loss", "gradNorm", "hit"]) assert.ok(frame.columns.includes(column), column);
     const figure = plotHistory(frame, ["reward", "loss"]);
     const trace = (metric: string, smoothed: boolean) =>
       figure.data.find((t) => JSON.stringify(t.meta) === JSON.stringify({ split: "train", metric, smoothed }));
@@ -98,12 +98,12 @@ describe("TrainableModel on a LocalBackend", () => {
       assert.equal(row.reward, valReward);
       group.trajectories[0]!.reward = 1;
       group.trajectories[1]!.reward = 0;
-      await model.train([group], { learning_rate: 1e-3, progress: false });
+      await model.train([group], { learningRate: 1e-3, progress: false });
     }
     const rows = await model.historyRows();
     assert.deepEqual(rows.filter((r) => r.split === "val").map((r) => r.step), [0, 1, 2]);
     const result = await model.deleteCheckpoints({ keepBestBy: "val/reward" });
-    assert.deepEqual({ deleted: result.deleted, kept: result.kept, best: result.best_step }, { deleted: [0, 2], kept: [1, 3], best: 1 });
+    assert.deepEqual({ deleted: result.deleted, kept: result.kept, best: result.bestStep }, { deleted: [0, 2], kept: [1, 3], best: 1 });
   });
 
   it("runs the same rollout code against a plain OpenAI-compatible Model (a baseline)", async () => {
@@ -121,7 +121,7 @@ describe("TrainableModel on a LocalBackend", () => {
     const file = path.join(dataDir, "sft.jsonl");
     const pairs = [["Say hi.", "hi there"], ["Name a corner.", "A1"]];
     fs.writeFileSync(file, pairs.map(([q, a]) => JSON.stringify({ messages: [{ role: "user", content: q }, { role: "assistant", content: a }] })).join("\n"));
-    const result = await model.trainSft(file, { learning_rate: 2e-2, epochs: 40, batch_size: 2, progress: false });
+    const result = await model.trainSft(file, { learningRate: 2e-2, epochs: 40, batchSize: 2, progress: false });
     assert.equal(result.step, 1);
     for (const [q, a] of pairs) {
       const r = await model.openai().chat.completions.create({ model: model.inferenceName(), messages: [{ role: "user", content: q! }], temperature: 0, max_tokens: 8 });
@@ -145,10 +145,10 @@ describe("TrainableModel on a LocalBackend", () => {
     await judge.trainSft([
       { messages: [...prompt, { role: "assistant", content: wrong }] },
       { messages: [...prompt, { role: "assistant", content: wrong }, { role: "user", content: retryText }, { role: "assistant", content: right }] },
-    ], { learning_rate: 2e-2, epochs: 150, batch_size: 2, progress: false });
+    ], { learningRate: 2e-2, epochs: 150, batchSize: 2, progress: false });
     await rulerScoreGroup(group, { judge, maxTokens: 80 });
     assert.deepEqual(group.trajectories.map((t) => t.reward), [1, 0]);
-    assert.deepEqual(group.trajectories.map((t) => t.metrics.independent_reward), [0.2, 0.7]);
+    assert.deepEqual(group.trajectories.map((t) => t.metrics.independentReward), [0.2, 0.7]);
     assert.deepEqual(group.trajectories.map((t) => t.logs), [["judge: 1.000 won"], ["judge: 0.000 lost"]]);
   });
 
@@ -220,7 +220,7 @@ describe("TrainableModel on a LocalBackend", () => {
     try {
       const result = await model.train([group], { progress: false });
       assert.equal(result.step, 1);
-      assert.match(String(result.metrics.nothing_trained), /all rewards in the group are equal/);
+      assert.match(String(result.metrics.nothingTrained), /all rewards in the group are equal/);
     } finally {
       console.warn = warn;
     }

@@ -45,7 +45,8 @@ describe("configuration errors from LocalBackend.start", () => {
 
   it("an engine or device this machine lacks is one line", async () => {
     assertOneLine((await startError({ dataDir: tempDir(), engine: "vllm" })).error, /--engine vllm: the vLLM command 'vllm' is not found/);
-    assertOneLine((await startError({ dataDir: tempDir(), engine: "gpu" as never })).error, /invalid choice: 'gpu'/);
+    assertOneLine((await startError({ dataDir: tempDir(), engine: "gpu" as never })).error,
+      /LocalBackend.start: option `engine` must be one of "auto", "hf", "vllm" \(got "gpu"\)/);
     const cuda = await startError({ dataDir: tempDir(), device: "cuda", baseModel: "builtin:tiny" });
     assertOneLine(cuda.error, /--device cuda: torch .* sees no CUDA device/);
     console.log(`--device cuda: ConfigurationError after ${cuda.seconds.toFixed(2)} s (imports torch)`);

@@ -1,0 +1,111 @@
+/**
+ * Training configurations as the TypeScript API takes them (camelCase, range-checked), and their
+ * wire form (snake_case, see wire.ts). Left-out fields take the server's defaults.
+ * @module
+ */
+import { z } from "zod";
+
+/** LoRA configuration of a trainable model. */
+export interface LoraConfig {
+  /** Rank, 1-512 (default 8). */
+  r?: number;
+  /** Scaling alpha, 1-4096 (default 16). */
+  alpha?: number;
+  /** Dropout, 0 to below 1 (default 0). */
+  dropout?: number;
+  /** Module names to adapt (default every attention and MLP projection). */
+  targetModules?: string[];
+}
+
+export const LoraConfigSchema = z.object({
+  r: z.number().int().min(1).max(512).optional(),
+  alpha: z.number().int().min(1).max(4096).optional(),
+  dropout: z.number().min(0).lt(1).optional(),
+  targetModules: z.array(z.string().min(1)).min(1).optional(),
+}).strict();
+
+/** GRPO settings of one training step (the server's defaults apply to what is left out). */
+export interface TrainConfig {
+  /** Adam learning rate, above 0 and at most 1 (default 5e-6; LoRA on small models likes 1e-4 to 1e-3). */
+  learningRate?: number;
+  /** `ppo` (clipped ratio, default) or `cispo` (clipped importance weights, no dead tokens). */
+  loss?: "ppo" | "cispo";
+  /** Lower clip range of the ratio, 0-1 (default 0.2). */
+  epsLow?: number;
+  /** Upper clip range of the ratio, 0-10 (default 0.28). */
+  epsHigh?: number;
+  /** Weight of the KL penalty to the base model, 0-100 (default 0: none). */
+  klCoef?: number;
+  /** Divide advantages by the group's reward standard deviation (default true). */
+  scaleRewards?: boolean;
+  /** Importance ratio per `token` (default) or per `sequence` (GSPO). */
+  importanceSampling?: "token" | "sequence";
+  /** Gradient clipping norm, above 0 (default 1). */
+  maxGradNorm?: number;
+  /** Sequences per forward/backward pass, 1-4096 (default 16). */
+  microBatchSize?: number;
+  /** Optimizer steps the batch is split into, 1-1000 (default 1). */
+  gradientSteps?: number;
+  /** The temperature the rollouts were sampled at, above 0 and at most 10 (default 1). */
+  temperature?: number;
+  /** Longer sequences are skipped (default: the model's context length). */
+  maxSequenceLength?: number;
+}
+
+export const TrainConfigSchema = z.object({
+  learningRate: z.number().gt(0).max(1).optional(),
+  loss: z.enum(["ppo", "cispo"]).optional(),
+  epsLow: z.number().min(0).max(1).optional(),
+  epsHigh: z.number().min(0).max(10).optional(),
+  klCoef: z.number().min(0).max(100).optional(),
+  scaleRewards: z.boolean().optional(),
+  importanceSampling: z.enum(["token", "sequence"]).optional(),
+  maxGradNorm: z.number().gt(0).max(1e6).optional(),
+  microBatchSize: z.number().int().min(1).max(4096).optional(),
+  gradientSteps: z.number().int().min(1).max(1000).optional(),
+  temperature: z.number().gt(0).max(10).optional(),
+  maxSequenceLength: z.number().int().min(1).max(1_048_576).optional(),
+}).strict();
+
+/** SFT settings of one step (the server's defaults apply to what is left out). */
+export interface SftConfig {
+  /** Adam learning rate, above 0 and at most 1 (default 2e-4). */
+  learningRate?: number;
+  /** Passes over the data, 1-1000 (default 3). */
+  epochs?: number;
+  /** Conversations per optimizer step, 1-4096 (default 8). */
+  batchSize?: number;
+  /** Learning-rate schedule: `cosine` (default) or `constant`. */
+  schedule?: "constant" | "cosine";
+  /** Share of the steps spent warming up, 0 to below 1 (default 0.1). */
+  warmupRatio?: number;
+  /** Learn every assistant turn (`allAssistant`, default) or the last one only (`lastAssistant`). */
+  trainOn?: "allAssistant" | "lastAssistant";
+  /** Gradient clipping norm, above 0 (default 1). */
+  maxGradNorm?: number;
+  /** Sequences per forward/backward pass, 1-4096 (default 16). */
+  microBatchSize?: number;
+  /** Shuffling seed (default 0). */
+  seed?: number;
+}
+
+export const SftConfigSchema = z.object({
+  learningRate: z.number().gt(0).max(1).optional(),
+  epochs: z.number().int().min(1).max(1000).optional(),
+  batchSize: z.number().int().min(1).max(4096).optional(),
+  schedule: z.enum(["constant", "cosine"]).optional(),
+  warmupRatio: z.number().min(0).lt(1).optional(),
+  trainOn: z.enum(["allAssistant", "lastAssistant"]).optional(),
+  maxGradNorm: z.number().gt(0).max(1e6).optional(),
+  microBatchSize: z.number().int().min(1).max(4096).optional(),
+  seed: z.number().int().min(0).max(2 ** 32 - 1).optional(),
+}).strict();
+
+// The interfaces document each field; these lines keep the schemas and the interfaces in step.
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+const inStep: [
+  Same<z.output<typeof LoraConfigSchema>, LoraConfig>,
+  Same<z.output<typeof TrainConfigSchema>, TrainConfig>,
+  Same<z.output<typeof SftConfigSchema>, SftConfig>,
+] = [true, true, true];
+void inStep;
