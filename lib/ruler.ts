@@ -82,8 +82,20 @@ export function judgeRetryMessage(problem: string, n: number): string {
 export function parseJudgeReply(text: string): JudgeScores {
   const start = text.indexOf("{");
   const end = text.lastIndexOf("}");
-  if (start < 0 || end <= start) throw new Error("no JSON object in the reply");
-  return JudgeScores.parse(JSON.parse(text.slice(start, end + 1)));
+  if (start < 0 || end <= start) throw new JudgeOutputError("no JSON object in the reply", [text]);
+  let json: unknown;
+  try {
+    json = JSON.parse(text.slice(start, end + 1));
+  } catch (error) {
+    throw new JudgeOutputError(`the reply's JSON does not parse (${(error as Error).message})`, [text]);
+  }
+  const parsed = JudgeScores.safeParse(json);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new JudgeOutputError(`the reply's JSON is not {"scores": [{"trajectory_id", "explanation", "score" 0..1}]} ` +
+      `(${issue?.path.join(".") || "reply"}: ${issue?.message})`, [text]);
+  }
+  return parsed.data;
 }
 
 /**

@@ -139,7 +139,7 @@ describe("art-ts installed into a project outside this repository", { timeout: 9
     assert.ok(fs.readdirSync(path.join(project, ".art", "logs")).some((f) => f.startsWith("server-")), "the server log is in ./.art/logs");
   });
 
-  it("runs a CommonJS consumer with ART_SERVER_COMMAND: camelCase results, and ConfigurationErrors for bad options", async () => {
+  it("runs a CommonJS consumer with ART_SERVER_COMMAND: camelCase results, ConfigurationErrors for bad options, danfo optional", async () => {
     const result = await inProject(npx("tsx"), ["consumer-check.cts"], {
       ART_SERVER_COMMAND: path.join(venv, "bin", "art-server"), CONSUMER_DATA_DIR: path.join(work, "cjs-data"),
     });
@@ -147,6 +147,7 @@ describe("art-ts installed into a project outside this repository", { timeout: 9
       registered: Record<string, unknown> & { lora: Record<string, unknown> }; step: number; fromStep: number;
       metrics: Record<string, unknown>; events: string[];
       errors: Record<string, { name: string; artError: boolean; configuration: boolean; message: string }>;
+      historyWithoutDanfo: { name: string; artError: boolean; message: string };
     };
     assert.deepEqual(Object.keys(out.registered).sort(), ["baseModel", "inferenceName", "lora", "name", "path", "project", "resumed", "step", "training"]);
     assert.deepEqual(out.registered.lora, { r: 4, alpha: 16, dropout: 0, targetModules: ["q_proj", "v_proj"] });
@@ -164,6 +165,8 @@ describe("art-ts installed into a project outside this repository", { timeout: 9
       maxExceptionsNegative: /^gatherTrajectories: option `maxExceptions` must be >= 0 \(got -1\)$/,
       badServerCommand: /^LocalBackend\.start: the server command "\/nonexistent\/art-server" \(the serverCommand option\) is not an executable file\. Install the server/,
     };
+    assert.deepEqual([out.historyWithoutDanfo.name, out.historyWithoutDanfo.artError], ["MissingDependencyError", true]);
+    assert.match(out.historyWithoutDanfo.message, /optional package danfojs-node: `npm install danfojs-node`/);
     for (const [name, pattern] of Object.entries(expected)) {
       const error = out.errors[name]!;
       assert.deepEqual([error.name, error.artError, error.configuration], ["ConfigurationError", true, true], `${name}: ${JSON.stringify(error)}`);
