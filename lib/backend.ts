@@ -6,7 +6,7 @@
 import readline from "node:readline";
 import { Readable } from "node:stream";
 import { z } from "zod";
-import { ServerApiError, ServerProtocolError, ServerUnreachableError, UnauthorizedError } from "./errors";
+import { ServerApiError, ServerProtocolError, ServerUnreachableError, TrainingStepError, UnauthorizedError } from "./errors";
 import { httpUrlOption, parseOptions } from "./options";
 import { ErrorBody, type StreamLine, TrainLine } from "./wire";
 
@@ -105,7 +105,9 @@ export class RemoteBackend implements Backend {
       for await (const raw of reader) {
         if (!raw.trim()) continue;
         const line = parseAnswer(path, TrainLine, raw);
-        if (line.type === "error") throw new ServerApiError(`${path}: ${line.error.message}`, 500, line.error.code ?? null);
+        if (line.type === "error") {
+          throw new TrainingStepError(`${path}: ${line.error.message}`, line.status ?? 500, line.error.code ?? null);
+        }
         lines.push(line);
         onLine?.(line);
       }

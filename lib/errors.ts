@@ -28,6 +28,12 @@ export class ServerApiError extends ArtError {
 /** Nothing answered at the backend's URL. */
 export class ServerUnreachableError extends ArtError {}
 
+/**
+ * A training step that started did not complete (a non-finite loss, a cancelled request, a failed
+ * save, ...): the server rolled it back, so the model is as it was before it; `code` says why.
+ */
+export class TrainingStepError extends ServerApiError {}
+
 /** The server refused the token (401). */
 export class UnauthorizedError extends ServerApiError {}
 

@@ -24,6 +24,8 @@ export interface SampledChoice {
   readonly tokenIds: number[];
   /** The logprob of each sampled token, under the distribution it was sampled from. */
   readonly logprobs: number[];
+  /** The server's provenance tag (which server and base model sampled it), sent back when training. */
+  readonly provenance?: string;
 }
 
 /** Either a plain message (context) or a sampled choice (trained). */
@@ -45,11 +47,18 @@ export function sampledChoice(completion: ChatCompletion, index = 0): SampledCho
   if (!choice) throw new BadTrajectoryError(`the completion has no choice ${index}`);
   const extra = parsed.success ? parsed.data.choices.find((c) => c.index === choice.index) : undefined;
   const logprobs = extra?.logprobs?.content?.map((e) => e.logprob);
-  if (!parsed.success || !extra || !logprobs || logprobs.length !== extra.token_ids.length) {
-    throw new BadTrajectoryError("this completion carries no prompt_token_ids / token_ids / logprobs: sample with " +
+  if (!parsed.success || !extra) {
+    throw new BadTrajectoryError("this completion carries no prompt_token_ids / token_ids: sample with " +
       "`model.openai()` of a TrainableModel, whose server returns them");
   }
-  return { kind: "choice", choice, promptTokenIds: parsed.data.prompt_token_ids, tokenIds: extra.token_ids, logprobs };
+  if (!logprobs || logprobs.length !== extra.token_ids.length || logprobs.some((lp) => typeof lp !== "number" || !Number.isFinite(lp))) {
+    throw new BadTrajectoryError(`this completion has ${extra.token_ids.length} token ids but ${logprobs ? "logprobs that are not all finite numbers" : "no logprobs"}: ` +
+      "sample with `model.openai()` of a TrainableModel (it asks for logprobs); a null logprob means the model's outputs were not finite");
+  }
+  return {
+    kind: "choice", choice, promptTokenIds: parsed.data.prompt_token_ids, tokenIds: extra.token_ids, logprobs: logprobs as number[],
+    ...(extra.art_provenance ? { provenance: extra.art_provenance } : {}),
+  };
 }
 
 /** What a new {@link Trajectory} can start with. */
@@ -127,7 +136,8 @@ export class Trajectory {
     return {
       messages_and_choices: this.messagesAndChoices.map((item) => isSampledChoice(item)
         ? { kind: "choice", message: assistantMessage(item) as unknown as Record<string, unknown>, prompt_token_ids: item.promptTokenIds,
-          token_ids: item.tokenIds, logprobs: item.logprobs, finish_reason: item.choice.finish_reason ?? null }
+          token_ids: item.tokenIds, logprobs: item.logprobs, finish_reason: item.choice.finish_reason ?? null,
+          ...(item.provenance ? { art_provenance: item.provenance } : {}) }
         : (item as TrajectoryWire["messages_and_choices"][number])),
       ...(this.tools ? { tools: this.tools } : {}),
       reward: this.reward,

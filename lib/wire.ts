@@ -64,6 +64,8 @@ export const SampledChoiceWire = z.object({
   token_ids: z.array(z.number().int()),
   logprobs: z.array(z.number()),
   finish_reason: z.string().nullable(),
+  /** Which server and base model sampled it (the server checks it when training). */
+  art_provenance: z.string().optional(),
 });
 export type SampledChoiceWire = z.infer<typeof SampledChoiceWire>;
 
@@ -84,7 +86,8 @@ export const TokenFields = z.object({
   choices: z.array(z.object({
     index: z.number().int(),
     token_ids: z.array(z.number().int()),
-    logprobs: z.object({ content: z.array(z.object({ logprob: z.number() }).passthrough()).nullable() }).nullable(),
+    logprobs: z.object({ content: z.array(z.object({ logprob: z.number().nullable() }).passthrough()).nullable() }).nullable(),
+    art_provenance: z.string().optional(),
   }).passthrough()),
 }).passthrough();
 
@@ -101,7 +104,7 @@ export const TrainLine = z.discriminatedUnion("type", [
   }).passthrough(),
   z.object({ type: z.literal("warning"), message: z.string() }).passthrough(),
   z.object({ type: z.literal("result"), step: z.number().int(), metrics: z.record(z.string(), z.unknown()) }),
-  z.object({ type: z.literal("error"), error: ErrorBody.shape.error }),
+  z.object({ type: z.literal("error"), status: z.number().int().optional(), error: ErrorBody.shape.error }),
 ]);
 export type TrainLine = z.infer<typeof TrainLine>;
 /** A line of a training stream other than an error (the backend throws those). */

@@ -24,6 +24,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(CONFIG_EXIT_CODE, f"{CONFIG_ERROR_PREFIX}{message} (see art-server --help)\n")
 
 
+MIN_REMOTE_TOKEN = 16  # characters of a token guarding a server reachable from other machines
+
+
 @dataclass
 class ServerConfig:
     host: str = "127.0.0.1"
@@ -40,6 +43,7 @@ class ServerConfig:
     max_n: int = 256
     log_level: str = "info"
     parent_pid: int | None = None  # exit when this process is gone (LocalBackend passes its own)
+    docs: bool = False  # serve /docs, /redoc and /openapi.json (public: they describe the API, no data)
     # vllm engine
     vllm_command: str = "vllm"
     vllm_args: str = ""
@@ -102,16 +106,22 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                    default=float(_env("VLLM_GPU_MEMORY_UTILIZATION", str(d.vllm_gpu_memory_utilization))))
     p.add_argument("--vllm-max-lora-rank", type=int, default=int(_env("VLLM_MAX_LORA_RANK", str(d.vllm_max_lora_rank))))
     p.add_argument("--vllm-startup-timeout", type=float, default=float(_env("VLLM_STARTUP_TIMEOUT", str(d.vllm_startup_timeout_s))))
+    p.add_argument("--docs", action="store_true", default=_env("DOCS", "") in ("1", "true"),
+                   help="serve the API's documentation at /docs and /openapi.json (ART_DOCS=1; off by default)")
     a = p.parse_args(argv)
     if not a.token:
         if not is_loopback(a.host):
             p.error(f"--token (or ART_SERVER_TOKEN) is required when binding {a.host}, a non-loopback address")
         a.token = secrets.token_urlsafe(24)
+    elif not is_loopback(a.host) and len(a.token) < MIN_REMOTE_TOKEN:
+        p.error(f"--token is {len(a.token)} characters; binding {a.host}, a non-loopback address, needs at least "
+                f"{MIN_REMOTE_TOKEN} (e.g. python -c 'import secrets; print(secrets.token_urlsafe(24))')")
     return ServerConfig(
         host=a.host, port=a.port, token=a.token, data_dir=Path(a.data_dir).resolve(), base_model=a.base_model,
         model_cache=Path(a.model_cache).expanduser().resolve() if a.model_cache else None,
         engine=a.engine, device=a.device, dtype=a.dtype, max_body_bytes=a.max_body_bytes,
-        max_batch_size=a.max_batch_size, max_n=a.max_n, log_level=a.log_level, parent_pid=a.parent_pid, vllm_command=a.vllm_command,
+        max_batch_size=a.max_batch_size, max_n=a.max_n, log_level=a.log_level, parent_pid=a.parent_pid, docs=a.docs,
+        vllm_command=a.vllm_command,
         vllm_args=a.vllm_args, vllm_gpu_memory_utilization=a.vllm_gpu_memory_utilization,
         vllm_max_lora_rank=a.vllm_max_lora_rank, vllm_startup_timeout_s=a.vllm_startup_timeout,
     )

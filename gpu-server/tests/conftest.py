@@ -89,7 +89,7 @@ def smol_path() -> Path:
 
 @pytest.fixture(scope="session")
 def server(data_dir: Path, tiny_path: Path) -> Iterator[ServerProcess]:
-    srv = start_server(data_dir, "--base-model", "builtin:tiny", "--max-body-bytes", "1000000")
+    srv = start_server(data_dir, "--base-model", "builtin:tiny", "--max-body-bytes", "1000000", "--docs")
     yield srv
     srv.stop()
 

@@ -12,7 +12,7 @@ import { after, before, describe, it } from "node:test";
 import { metricNameToWire, metricsFromWire, sftConfigToWire, trainConfigToWire } from "../../lib/convert";
 import {
   ArtError, checkTrainOptions, ConfigurationError, LocalBackend, Model, nearestName, RemoteBackend, retry, rulerScoreGroup,
-  ServerCrashedError, ServerProtocolError, ServerUnreachableError, TrainableModel, Trajectory, TrajectoryGroup,
+  ServerCrashedError, ServerProtocolError, ServerUnreachableError, TrainableModel, TrainingStepError, Trajectory, TrajectoryGroup,
 } from "../../lib/index";
 import { ModelInfo } from "../../lib/wire";
 
@@ -44,6 +44,25 @@ describe("names between the API and the wire", () => {
       { learning_rate: 1e-3, kl_coef: 0.1, importance_sampling: "sequence", max_sequence_length: 512 });
     assert.deepEqual(sftConfigToWire({ batchSize: 4, trainOn: "lastAssistant", warmupRatio: 0 }),
       { batch_size: 4, train_on: "last_assistant", warmup_ratio: 0 });
+  });
+});
+
+describe("sampled choices", () => {
+  const completion = (logprob: number | null) => ({
+    id: "c", object: "chat.completion", created: 0, model: "m", prompt_token_ids: [1, 2],
+    choices: [{ index: 0, finish_reason: "stop", message: { role: "assistant", content: "hi", refusal: null },
+      token_ids: [7], logprobs: { content: [{ token: "hi", logprob, bytes: [], top_logprobs: [] }] }, art_provenance: "art1:f:s:sig" }],
+  }) as never;
+
+  it("keep the server's provenance tag and send it back when training", () => {
+    const t = new Trajectory({ messagesAndChoices: [{ role: "user", content: "x" }] }).push(completion(-0.5));
+    const wire = t.toWire().messages_and_choices[1] as Record<string, unknown>;
+    assert.equal(wire.art_provenance, "art1:f:s:sig");
+    assert.deepEqual([wire.token_ids, wire.logprobs], [[7], [-0.5]]);
+  });
+
+  it("without finite logprobs say so, not that token ids are missing", () => {
+    assert.throws(() => new Trajectory().push(completion(null)), /has 1 token ids but logprobs that are not all finite numbers/);
   });
 });
 
@@ -84,6 +103,10 @@ describe("failures are ArtErrors", () => {
       if (request.url === "/not-json") return void response.end("<html>proxy error</html>");
       if (request.url === "/wrong-shape") return void response.end(JSON.stringify({ name: 1 }));
       if (request.url === "/bad-line") return void response.end('{"type": "progress", "gradient_step": "x"}\n');
+      if (request.url === "/error-line") {
+        return void response.end('{"type": "start", "from_step": 0, "step": 1}\n' +
+          '{"type": "error", "status": 422, "error": {"message": "the loss is nan; the step was rolled back", "code": "non_finite"}}\n');
+      }
       if (request.url === "/cut") {
         response.write('{"type": "start", "from_step": 0, "step": 1}\n');
         return void setTimeout(() => request.socket.destroy(), 50);
@@ -101,6 +124,8 @@ describe("failures are ArtErrors", () => {
     await assert.rejects(backend.request("GET", "/not-json", ModelInfo), (e) => e instanceof ServerProtocolError && /is not JSON/.test(e.message));
     await assert.rejects(backend.request("GET", "/wrong-shape", ModelInfo), (e) => e instanceof ServerProtocolError && /same version\?/.test(e.message));
     await assert.rejects(backend.stream("/bad-line", {}), (e) => e instanceof ServerProtocolError);
+    await assert.rejects(backend.stream("/error-line", {}), (e) => e instanceof TrainingStepError && e.status === 422 &&
+      e.code === "non_finite" && /rolled back/.test(e.message));
     await assert.rejects(backend.stream("/cut", {}), (e) => e instanceof ServerUnreachableError && /broke while reading \/cut/.test(e.message));
     const closed = http.createServer();
     await new Promise<void>((resolve) => closed.listen(0, "127.0.0.1", resolve));

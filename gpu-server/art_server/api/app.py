@@ -29,7 +29,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         yield
         await manager.close()
 
-    app = FastAPI(title="art-server", version=__version__, lifespan=lifespan,
+    docs = {} if config.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
+    app = FastAPI(title="art-server", version=__version__, lifespan=lifespan, **docs,
                   description="OpenAI-compatible serving of a base model and its per-step LoRA adapters, "
                               "with GRPO and SFT training. Every route but /health needs `Authorization: Bearer <token>`.")
     app.state.config = config

@@ -15,7 +15,8 @@ from ..engine.base import EngineError
 log = logging.getLogger(__name__)
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
-         409: "invalid_request_error", 413: "invalid_request_error", 503: "server_error"}
+         409: "invalid_request_error", 413: "invalid_request_error", 422: "invalid_request_error", 503: "server_error",
+         507: "server_error"}
 
 
 class ApiError(Exception):
@@ -62,6 +63,10 @@ def response_for(error: Exception) -> JSONResponse:
         return error_response(error.status, error.message, error.code, error.param)
     if isinstance(error, EngineError):
         return error_response(error.status, str(error), error.code, error.param)
+    if isinstance(error, OSError):  # the server's own files: a read-only or full data dir
+        log.error("storage error: %s", error)
+        return error_response(507, f"the server could not write its data ({error.strerror or error}: {error.filename or ''}); "
+                                   "make its data dir writable and free space, then retry", "storage_error")
     log.exception("unhandled error", exc_info=error)
     return error_response(500, f"internal server error: {type(error).__name__}: {error}", "internal_error")
 

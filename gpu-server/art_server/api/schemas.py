@@ -5,9 +5,18 @@ The TypeScript side mirrors these with zod (lib/wire.ts); tests keep the two in 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# Bounds of what one request may ask for: each is far past real use, and keeps every value a number
+# the trainer can sum, exponentiate and index with (no overflow, no out-of-range token id).
+MAX_TOKEN_ID = 2**31 - 1  # checked again against the vocabulary when training
+MAX_TOKENS_PER_SEQUENCE = 1 << 20
+MAX_ABS_REWARD = 1e6
+MAX_ABS_METRIC = 1e12
+LOGPROB_TOLERANCE = 1e-3  # sampled logprobs are <= 0; float rounding may leave a hair above
+MAX_INT64 = 2**63 - 1
 
 
 class FunctionCall(BaseModel):
@@ -71,14 +80,14 @@ class ChatCompletionRequest(BaseModel):
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
-    n: int = Field(1, ge=1)
+    n: int = Field(1, ge=1, le=1024)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, ge=-1)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    top_k: int | None = Field(None, ge=-1, le=MAX_TOKEN_ID)
+    max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_PER_SEQUENCE)
+    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_PER_SEQUENCE)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-MAX_INT64 - 1, le=MAX_INT64)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
     stream: bool = False
@@ -130,12 +139,12 @@ class ModelList(BaseModel):
 class LoadAdapterRequest(BaseModel):
     """vLLM's runtime LoRA request shape: `lora_name` is `name@step`."""
 
-    lora_name: str = Field(min_length=1)
-    lora_path: str = Field(min_length=1)
+    lora_name: str = Field(min_length=1, max_length=200)
+    lora_path: str = Field(min_length=1, max_length=4096)
 
 
 class UnloadAdapterRequest(BaseModel):
-    lora_name: str = Field(min_length=1)
+    lora_name: str = Field(min_length=1, max_length=200)
 
 
 class Health(BaseModel):
@@ -150,17 +159,18 @@ class Health(BaseModel):
 class LoraConfigIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     r: int = Field(8, ge=1, le=512)
-    alpha: int = Field(16, ge=1)
+    alpha: int = Field(16, ge=1, le=4096)
     dropout: float = Field(0.0, ge=0, lt=1)
-    target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], min_length=1)
+    target_modules: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        min_length=1, max_length=64)
 
 
 class RegisterRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=64)
     project: str = Field(min_length=1, max_length=64)
-    base_model: str = Field(min_length=1)
+    base_model: str = Field(min_length=1, max_length=512)
     lora: LoraConfigIn | None = None
 
 
@@ -170,43 +180,48 @@ class SampledChoice(BaseModel):
     model_config = ConfigDict(extra="allow")
     kind: Literal["choice"]
     message: dict[str, Any]
-    prompt_token_ids: list[int] | None = None
-    token_ids: list[int] | None = None
-    logprobs: list[float] | None = None
+    prompt_token_ids: list[Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]] | None = Field(None, max_length=MAX_TOKENS_PER_SEQUENCE)
+    token_ids: list[Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]] | None = Field(None, max_length=MAX_TOKENS_PER_SEQUENCE)
+    # The logprob of each sampled token under the distribution it was sampled from: finite, <= 0.
+    logprobs: list[Annotated[float, Field(allow_inf_nan=False, ge=-1e4, le=LOGPROB_TOLERANCE)]] | None = Field(
+        None, max_length=MAX_TOKENS_PER_SEQUENCE)
     finish_reason: str | None = None
+    # Which server and base model sampled it (see provenance.py); absent on hand-built choices.
+    art_provenance: str | None = Field(None, max_length=256)
 
 
 class TrajectoryIn(BaseModel):
     model_config = ConfigDict(extra="allow")
-    messages_and_choices: list[SampledChoice | ChatMessage] = Field(min_length=1)
+    messages_and_choices: list[SampledChoice | ChatMessage] = Field(min_length=1, max_length=10_000)
     tools: list[Tool] | None = None
-    reward: float = Field(allow_inf_nan=False)
-    metrics: dict[str, float | int | bool] = Field(default_factory=dict)
+    reward: float = Field(allow_inf_nan=False, ge=-MAX_ABS_REWARD, le=MAX_ABS_REWARD)
+    metrics: dict[str, bool | Annotated[float, Field(allow_inf_nan=False, ge=-MAX_ABS_METRIC, le=MAX_ABS_METRIC)]] = Field(
+        default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
     logs: list[str] = Field(default_factory=list)
 
 
 class GRPOConfigIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    learning_rate: float = Field(5e-6, gt=0, allow_inf_nan=False)
+    learning_rate: float = Field(5e-6, gt=0, le=1, allow_inf_nan=False)
     loss: Literal["ppo", "cispo"] = "ppo"
-    eps_low: float = Field(0.2, ge=0)
-    eps_high: float = Field(0.28, ge=0)
-    kl_coef: float = Field(0.0, ge=0)
+    eps_low: float = Field(0.2, ge=0, le=1, allow_inf_nan=False)
+    eps_high: float = Field(0.28, ge=0, le=10, allow_inf_nan=False)
+    kl_coef: float = Field(0.0, ge=0, le=100, allow_inf_nan=False)
     scale_rewards: bool = True
     importance_sampling: Literal["token", "sequence"] = "token"
-    max_grad_norm: float = Field(1.0, gt=0)
-    micro_batch_size: int = Field(16, ge=1)
-    gradient_steps: int = Field(1, ge=1)
-    temperature: float = Field(1.0, gt=0)
-    max_sequence_length: int | None = Field(None, ge=1)
+    max_grad_norm: float = Field(1.0, gt=0, le=1e6, allow_inf_nan=False)
+    micro_batch_size: int = Field(16, ge=1, le=4096)
+    gradient_steps: int = Field(1, ge=1, le=1000)
+    temperature: float = Field(1.0, gt=0, le=10, allow_inf_nan=False)
+    max_sequence_length: int | None = Field(None, ge=1, le=MAX_TOKENS_PER_SEQUENCE)
 
 
 class GroupsBody(BaseModel):
     """A body carrying trajectory groups: at least one group, none of them empty."""
 
     model_config = ConfigDict(extra="forbid")
-    groups: list[list[TrajectoryIn]] = Field(min_length=1)
+    groups: list[Annotated[list[TrajectoryIn], Field(max_length=1024)]] = Field(min_length=1, max_length=10_000)
 
     @field_validator("groups")
     @classmethod
@@ -224,27 +239,35 @@ class TrainRequest(GroupsBody):
 
 class Conversation(BaseModel):
     model_config = ConfigDict(extra="allow")
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=10_000)
     tools: list[Tool] | None = None
 
 
 class SFTConfigIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    learning_rate: float = Field(2e-4, gt=0, allow_inf_nan=False)
-    epochs: int = Field(3, ge=1)
-    batch_size: int = Field(8, ge=1)
+    learning_rate: float = Field(2e-4, gt=0, le=1, allow_inf_nan=False)
+    epochs: int = Field(3, ge=1, le=1000)
+    batch_size: int = Field(8, ge=1, le=4096)
     schedule: Literal["constant", "cosine"] = "cosine"
-    warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    warmup_ratio: float = Field(0.1, ge=0, lt=1, allow_inf_nan=False)
     train_on: Literal["all_assistant", "last_assistant"] = "all_assistant"
-    max_grad_norm: float = Field(1.0, gt=0)
-    micro_batch_size: int = Field(16, ge=1)
-    seed: int = 0
+    max_grad_norm: float = Field(1.0, gt=0, le=1e6, allow_inf_nan=False)
+    micro_batch_size: int = Field(16, ge=1, le=4096)
+    seed: int = Field(0, ge=0, le=2**32 - 1)
 
 
 class SFTRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    conversations: list[Conversation] = Field(min_length=1)
+    conversations: list[Conversation] = Field(min_length=1, max_length=100_000)
     config: SFTConfigIn = Field(default_factory=SFTConfigIn)
+
+    @model_validator(mode="after")
+    def _bounded_work(self) -> SFTRequest:
+        passes = len(self.conversations) * self.config.epochs
+        if passes > 1_000_000:
+            raise ValueError(f"{len(self.conversations)} conversations x {self.config.epochs} epochs = {passes} passes, over this "
+                             "server's limit of 1,000,000 per step: split the data over several steps")
+        return self
 
 
 class LogRequest(GroupsBody):

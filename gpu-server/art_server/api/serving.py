@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import itertools
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from .. import __version__
 from ..engine.base import EngineError
 from ..models.manager import ModelManager, ModelNotFound
 from ..models.names import NameError_, check_name, split_adapter_name
+from ..provenance import Provenance
 from .auth import require_token
 from .errors import ApiError, error_body
 from .schemas import ChatCompletionRequest, Health, LoadAdapterRequest, ModelList, UnloadAdapterRequest
@@ -80,29 +81,39 @@ async def complete_chat(body: ChatCompletionRequest, manager: ModelManager, conf
     engine = manager.require_engine()
     payload = body.model_dump(exclude_none=True, mode="json")
     request_id = next(_request_ids)
+    manager.acquire(adapter)  # the adapter stays loaded until this request ends
     if body.stream:
-        stream = engine.chat_completion_stream(payload, adapter, request_id)
-        first = await stream.__anext__()  # errors before the first token still get a status code
-        return StreamingResponse(_sse(first, stream), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        try:
+            stream = engine.chat_completion_stream(payload, adapter, request_id)
+            first = await stream.__anext__()  # errors before the first token still get a status code
+        except BaseException:
+            manager.release(adapter)
+            raise
+        return StreamingResponse(_sse(first, stream, lambda: manager.release(adapter), manager.provenance),
+                                 media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     watcher = asyncio.create_task(_cancel_on_disconnect(receive, asyncio.current_task()))
     try:
         result = await engine.chat_completion(payload, adapter, request_id)
     finally:
         watcher.cancel()
+        manager.release(adapter)
+    manager.provenance.tag_completion(result)
     return Response(orjson.dumps(result), media_type="application/json")
 
 
-async def _sse(first: dict[str, Any], rest: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+async def _sse(first: dict[str, Any], rest: AsyncIterator[dict[str, Any]], done: Callable[[], None],
+               provenance: Provenance) -> AsyncIterator[bytes]:
+    tagger = provenance.stream_tagger()
     try:
-        yield b"data: " + orjson.dumps(first) + b"\n\n"
+        yield b"data: " + orjson.dumps(tagger(first)) + b"\n\n"
         async for chunk in rest:
-            yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+            yield b"data: " + orjson.dumps(tagger(chunk)) + b"\n\n"
     except EngineError as error:
         yield b"data: " + orjson.dumps(error_body(error.status, str(error), error.code)) + b"\n\n"
     finally:
         with contextlib.suppress(Exception):
             await rest.aclose()  # a client that went away cancels its sequences here
+        done()
     yield b"data: [DONE]\n\n"
 
 
@@ -120,9 +131,13 @@ def _adapter_name(lora_name: str) -> tuple[str, int]:
 @router.post("/v1/load_lora_adapter", summary="Serve a PEFT adapter folder as name@step (vLLM's runtime LoRA API)")
 async def load_lora_adapter(body: LoadAdapterRequest, request: Request) -> dict[str, str]:
     name, step = _adapter_name(body.lora_name)
-    path = Path(body.lora_path).expanduser()
-    if not path.is_dir():
-        raise ApiError(400, f"lora_path {body.lora_path!r} is not a folder on the server", "invalid_value", "lora_path")
+    try:
+        path = Path(body.lora_path).expanduser()
+        is_dir = path.is_dir()
+    except (OSError, ValueError, RuntimeError):  # too long, NUL, an unknown ~user
+        is_dir = False
+    if not is_dir:
+        raise ApiError(400, f"lora_path {body.lora_path[:200]!r} is not a folder on the server", "invalid_value", "lora_path")
     manager = manager_of(request)
     try:
         await manager.add_adapter(name, step, path.resolve())

@@ -4,6 +4,7 @@ checkpoints, delete_checkpoints, and checkpoint files. Steps stream NDJSON: a `s
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,15 +14,17 @@ from fastapi.responses import FileResponse, StreamingResponse
 
 from ..models.manager import BaseModelConflict, ModelNotFound
 from ..models.names import NameError_, check_name
-from ..models.trainable import LoraSpec, RegistrationError
+from ..models.trainable import LoraConfigError, LoraSpec, RegistrationError
 from ..store import checkpoints as ckpt
 from ..trainer.grpo import GRPOConfig
+from ..trainer.guard import StepAborted
 from ..trainer.sft import SFTConfig
 from .auth import require_token
 from .errors import ApiError, error_body
 from .schemas import DeleteCheckpointsRequest, LogRequest, RegisterRequest, SFTRequest, TrainRequest
 from .serving import manager_of
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/art/models", dependencies=[Depends(require_token)], tags=["training"])
 
 
@@ -41,8 +44,16 @@ async def _ndjson(first: dict[str, Any], rest: AsyncIterator[dict[str, Any]]) ->
     try:
         async for line in rest:
             yield orjson.dumps(line) + b"\n"
+    except StepAborted as error:  # rolled back: the model is as it was (guard.py)
+        yield orjson.dumps({"type": "error", "status": error.status, **error_body(error.status, str(error), error.code)}) + b"\n"
+    except OSError as error:  # the data dir: full, read-only, gone
+        message = (f"the step could not be saved ({error.strerror or error}: {error.filename or ''}) and was rolled back; "
+                   "make the server's data dir writable (and free space), then train again")
+        yield orjson.dumps({"type": "error", "status": 507, **error_body(507, message, "storage_error")}) + b"\n"
     except Exception as error:  # the stream has started: report in-band
-        yield orjson.dumps({"type": "error", **error_body(500, f"{type(error).__name__}: {error}", "training_failed")}) + b"\n"
+        log.exception("training step failed", exc_info=error)
+        yield orjson.dumps({"type": "error", "status": 500, **error_body(
+            500, f"the step failed and was rolled back: {type(error).__name__}: {error}", "training_failed")}) + b"\n"
 
 
 async def _stream(lines: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
@@ -67,6 +78,8 @@ async def register(body: RegisterRequest, request: Request) -> dict[str, Any]:
         raise ApiError(404, str(error), "model_not_found", "base_model") from None
     except (BaseModelConflict, RegistrationError) as error:
         raise ApiError(409, str(error), "conflict") from None
+    except LoraConfigError as error:
+        raise ApiError(400, str(error), "invalid_value", "lora") from None
 
 
 @router.get("/{name}", summary="A registered model: its step, inference name, LoRA config")

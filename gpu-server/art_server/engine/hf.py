@@ -9,16 +9,15 @@ import json
 import logging
 import os
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import orjson
 import torch
 
 from ..chat.prompt import PromptError, prompt_token_ids
 from .base import Engine, EngineError
+from .prompt_cache import MAX_CHARS_PER_TOKEN, PromptCache, prompt_cache_key
 from .openai_format import ChoiceState, StreamText, TokenText, chunk_object, completion_object, finish_choice
 from .runner import HFModelRunner
 from .sampling import RowParams
@@ -67,7 +66,7 @@ class HFEngine(Engine):
         self.requests_served = 0
         # Rollouts repeat prompts (a group samples one prompt many times): rendering the chat
         # template and tokenizing was a quarter of the HTTP thread's time under load.
-        self._prompt_cache: OrderedDict[bytes, list[int]] = OrderedDict()
+        self._prompt_cache = PromptCache(max_bytes=64 << 20)
 
     # -- adapters ------------------------------------------------------------------------------
     async def load_adapter(self, key: str, path: Path) -> None:
@@ -95,14 +94,19 @@ class HFEngine(Engine):
 
     def stats(self) -> dict[str, Any]:
         return {"engine": "hf", "device": str(self.device), **self.scheduler.load(), "steps": self.scheduler.steps,
+                "prompt_cache": {"prompts": len(self._prompt_cache), "bytes": self._prompt_cache.bytes},
                 "tokens_generated": self.scheduler.tokens_generated, "prompts_prefilled": self.scheduler.prompts_prefilled, "adapters": sorted(self.runner.adapter_slots)}
 
     # -- requests ------------------------------------------------------------------------------
-    def _prepare(self, body: dict[str, Any], adapter: str | None, request_id: str,
-                 emit: Any, stream: bool) -> tuple[list[int], list[Sequence], list[str]]:
+    async def _prompt_for(self, body: dict[str, Any], adapter: str | None) -> list[int]:
         if adapter is not None and adapter not in self.runner.adapter_slots:
             raise EngineError(f"adapter {adapter!r} is not loaded", status=404, code="model_not_found", param="model")
-        prompt = self._prompt_ids(body["messages"], body.get("tools"))
+        return await self._prompt_ids(body["messages"], body.get("tools"))
+
+    def _prepare(self, body: dict[str, Any], adapter: str | None, request_id: str,
+                 emit: Any, stream: bool, prompt: list[int]) -> tuple[list[int], list[Sequence], list[str]]:
+        if adapter is not None and adapter not in self.runner.adapter_slots:  # unloaded while the prompt was tokenized
+            raise EngineError(f"adapter {adapter!r} is not loaded", status=404, code="model_not_found", param="model")
         room = self.context_length - len(prompt)
         if room <= 0:
             raise EngineError(
@@ -130,19 +134,26 @@ class HFEngine(Engine):
             seqs.append(Sequence(request_id, index, adapter, prompt, max_tokens, params, emit, stop, stream=stream))
         return prompt, seqs, stop
 
-    def _prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
-        key = orjson.dumps([messages, tools], option=orjson.OPT_SORT_KEYS)
+    async def _prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
+        """The prompt's token ids: from the cache, else rendered and tokenized in a worker thread (a
+        large prompt takes seconds, and the event loop serves every other request meanwhile)."""
+        key = prompt_cache_key(messages, tools)
         cached = self._prompt_cache.get(key)
         if cached is not None:
             self._prompt_cache.move_to_end(key)
             return cached
+        # A prompt far longer than the context fails without being tokenized.
+        chars = len(key)
+        if chars > self.context_length * MAX_CHARS_PER_TOKEN:
+            raise EngineError(f"This model's maximum context length is {self.context_length} tokens; the messages are "
+                              f"{chars} characters, far more. Shorten the conversation.", code="context_length_exceeded",
+                              param="messages")
         try:
-            ids = prompt_token_ids(self.tokenizer, messages, tools)
+            ids = await asyncio.to_thread(prompt_token_ids, self.tokenizer, messages, tools)
         except PromptError as error:
             raise EngineError(str(error), param="messages") from error
-        self._prompt_cache[key] = ids
-        if len(self._prompt_cache) > 4096:
-            self._prompt_cache.popitem(last=False)
+        if len(ids) < self.context_length:  # prompts that are refused are not kept
+            self._prompt_cache.put(key, ids)
         return ids
 
     def _parse_tools(self, body: dict[str, Any]) -> bool:
@@ -155,7 +166,8 @@ class HFEngine(Engine):
         def emit(event: SequenceEvent) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, event)
 
-        prompt, seqs, stop = self._prepare(body, adapter, request_id, emit, stream=True)
+        prompt = await self._prompt_for(body, adapter)
+        prompt, seqs, stop = self._prepare(body, adapter, request_id, emit, stream=True, prompt=prompt)
         self.scheduler.submit(seqs)
         return prompt, seqs, stop, queue
 
@@ -184,7 +196,8 @@ class HFEngine(Engine):
         def emit(event: SequenceEvent) -> None:  # on the scheduler thread
             loop.call_soon_threadsafe(on_event, event)
 
-        prompt, seqs, stop = self._prepare(body, adapter, request_id, emit, stream=False)
+        prompt = await self._prompt_for(body, adapter)
+        prompt, seqs, stop = self._prepare(body, adapter, request_id, emit, stream=False, prompt=prompt)
         states = [ChoiceState(i) for i in range(len(seqs))]
         pending = len(seqs)
         self.scheduler.submit(seqs)

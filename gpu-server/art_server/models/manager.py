@@ -6,11 +6,14 @@ import asyncio
 import gc
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import ServerConfig
 from ..engine.base import Engine, EngineError
+from ..provenance import Provenance, base_fingerprint, server_identity
+from .adapter_folder import AdapterFolderError, check_adapter_folder
 from .names import NameError_, adapter_key, split_adapter_name
 from .resolve import ModelNotFound, resolve_base_model
 
@@ -41,6 +44,12 @@ class ModelManager:
         self.base_source: dict = {}  # where the base model's weights came from (resolve.py)
         self.created = int(time.time())
         self._lock = asyncio.Lock()
+        # Requests being served per adapter key; an adapter removed while some still run is
+        # unloaded when the last one ends (a step pushed out by a newer one, or an unload request).
+        self._in_use: Counter[str] = Counter()
+        self._doomed: set[str] = set()
+        self._unloads: set[asyncio.Task] = set()
+        self._provenance: Provenance | None = None
         from ..trainer.service import TrainingService
 
         self.training = TrainingService(self)
@@ -62,10 +71,19 @@ class ModelManager:
             self.base_model = name
             self.base_path = resolved.path
             self.base_source = resolved.source
+            fingerprint = await asyncio.to_thread(base_fingerprint, resolved.path)
+            self._provenance = Provenance(fingerprint, *server_identity(self.config.data_dir))
             # The model, tokenizer and libraries live as long as the server: keep the garbage
             # collector from rescanning them (a full collection took ~0.1 s under load).
             gc.freeze()
             return self.engine
+
+    @property
+    def provenance(self) -> Provenance:
+        """Tags and checks sampled choices (provenance.py); exists once the base model is loaded."""
+        if self._provenance is None:
+            raise ModelNotFound("no base model is loaded yet: start the server with --base-model, or register a model")
+        return self._provenance
 
     def require_engine(self) -> Engine:
         if self.engine is None:
@@ -110,19 +128,55 @@ class ModelManager:
 
     async def add_adapter(self, name: str, step: int, path: Path) -> None:
         engine = self.require_engine()
-        if not (path / "adapter_config.json").exists():
-            raise EngineError(f"{path} is not a PEFT adapter folder (no adapter_config.json)", param="lora_path")
-        await engine.load_adapter(adapter_key(name, step), path)
+        try:
+            await asyncio.to_thread(check_adapter_folder, path)
+        except AdapterFolderError as error:
+            raise EngineError(str(error), code="invalid_adapter", param="lora_path") from None
+        key = adapter_key(name, step)
+        if key in self._doomed:  # removed, but its requests still run: still loaded, keep it
+            self._doomed.discard(key)
+        else:
+            await engine.load_adapter(key, path)
         self.adapters.setdefault(name, {})[step] = ServedAdapter(name, step, path)
+
+    def acquire(self, key: str | None) -> None:
+        """A request starts on adapter `key` (None: the base model)."""
+        if key is not None:
+            self._in_use[key] += 1
+
+    def release(self, key: str | None) -> None:
+        """A request on `key` ended; a removed adapter whose last request this was is unloaded now."""
+        if key is None:
+            return
+        self._in_use[key] -= 1
+        if self._in_use[key] <= 0:
+            del self._in_use[key]
+            if key in self._doomed:
+                task = asyncio.get_running_loop().create_task(self._unload_doomed(key))
+                self._unloads.add(task)
+                task.add_done_callback(self._unloads.discard)
+
+    async def _unload_doomed(self, key: str) -> None:
+        if key in self._doomed and not self._in_use[key]:
+            self._doomed.discard(key)
+            try:
+                await self.require_engine().unload_adapter(key)
+            except Exception:  # nothing waits on this: log it, the adapter stays loaded
+                log.exception("unloading %s failed", key)
 
     async def remove_adapter(self, name: str, step: int) -> None:
         engine = self.require_engine()
         if step not in self.adapters.get(name, {}):
             raise ModelNotFound(f"model {adapter_key(name, step)!r} is not loaded")
-        await engine.unload_adapter(adapter_key(name, step))
-        del self.adapters[name][step]
+        key = adapter_key(name, step)
+        del self.adapters[name][step]  # new requests no longer resolve to it
         if not self.adapters[name]:
             del self.adapters[name]
+        if self._in_use[key]:
+            self._doomed.add(key)  # unloaded by the release of its last request
+        else:
+            self._in_use.pop(key, None)
+            await engine.unload_adapter(key)
 
     def listing(self) -> list[dict]:
         if self.base_model is None:
@@ -138,5 +192,6 @@ class ModelManager:
         return cards
 
     async def close(self) -> None:
+        self.training.cancel_all()
         if self.engine is not None:
             await self.engine.close()

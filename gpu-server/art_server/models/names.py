@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+STEP_RE = re.compile(r"^[0-9]{1,9}$")
 
 
 class NameError_(ValueError):
@@ -14,7 +15,7 @@ class NameError_(ValueError):
 
 def check_name(kind: str, name: str) -> str:
     if not NAME_RE.match(name) or ".." in name:
-        raise NameError_(f"invalid {kind} name {name!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a "
+        raise NameError_(f"invalid {kind} name {name[:80]!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a "
                          "letter or digit (no '/', no '..')")
     return name
 
@@ -23,8 +24,9 @@ def split_adapter_name(model: str) -> tuple[str, int | None]:
     """`agent@3` -> ("agent", 3); `agent` -> ("agent", None)."""
     if "@" in model:
         name, _, step = model.rpartition("@")
-        if not step.isdigit():
-            raise NameError_(f"invalid model name {model!r}: the part after '@' must be a step number")
+        # ASCII digits only: str.isdigit() also takes '²', which int() refuses; 9 digits bound it.
+        if not STEP_RE.match(step):
+            raise NameError_(f"invalid model name {model[:80]!r}: the part after '@' must be a step number (0-999999999)")
         return name, int(step)
     return model, None
 

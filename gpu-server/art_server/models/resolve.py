@@ -46,7 +46,10 @@ def locate_base_model(name: str) -> str:
         if name not in builtin_names():
             raise ModelNotFound(f"unknown built-in model {name!r}{did_you_mean(name)}; built-in models: {', '.join(builtin_names())}")
         return "builtin"
-    if Path(name).expanduser().is_dir():
+    folder = _folder(name)
+    if folder is not None:
+        if not (folder / "config.json").is_file():
+            raise ModelNotFound(f"base model folder {name[:200]!r} holds no config.json: it is not a Hugging Face model folder")
         return "folder"
     if _hf_cache(name) is not None:
         return "hf-cache"
@@ -56,9 +59,9 @@ def locate_base_model(name: str) -> str:
         return "packaged-gguf"
     suggestion = did_you_mean(name)
     if suggestion:
-        raise ModelNotFound(f"base model {name!r} not found{suggestion}")
+        raise ModelNotFound(f"base model {name[:200]!r} not found{suggestion}")
     raise ModelNotFound(
-        f"base model {name!r} is neither a built-in model ({', '.join(builtin_names())}), a local folder, in the local "
+        f"base model {name[:200]!r} is neither a built-in model ({', '.join(builtin_names())}), a local folder, in the local "
         f"Hugging Face cache, nor a packaged model ({', '.join(PACKAGED_MODELS)}); the server never downloads: fetch it "
         f"first (e.g. `huggingface-cli download {name}`) or pass a folder")
 
@@ -78,6 +81,15 @@ def resolve_base_model(name: str, data_dir: Path, cache_dir: Path | None = None)
     except PackagedModelMissing as error:
         raise ModelNotFound(str(error)) from None
     return ResolvedModel(path, source)
+
+
+def _folder(name: str) -> Path | None:
+    """`name` as an existing folder, or None (also for names no file system takes: too long, NUL)."""
+    try:
+        path = Path(name).expanduser()
+        return path if path.is_dir() else None
+    except (OSError, ValueError, RuntimeError):
+        return None
 
 
 def _hf_cache(name: str) -> Path | None:

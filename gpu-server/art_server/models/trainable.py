@@ -15,7 +15,7 @@ import torch
 
 from ..store import checkpoints as ckpt
 from ..store.atomic import write_json
-from ..store.history import drop_history_after
+from ..store.history import drop_history_after, restore_history_rows
 from ..store.layout import ModelPaths
 from ..trainer.lora import LoraHost
 from .names import adapter_key
@@ -27,6 +27,10 @@ DEFAULT_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj
 
 class RegistrationError(ValueError):
     """A registration that conflicts with what is on disk or on this server (409)."""
+
+
+class LoraConfigError(ValueError):
+    """A LoRA config the base model cannot take (400)."""
 
 
 @dataclass
@@ -57,11 +61,15 @@ class TrainableModel:
     gate: asyncio.Event = field(default_factory=asyncio.Event)
     serve_previous: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # The worker thread of the running (or last) step: a step whose request ended early finishes
+    # its micro-batch and rolls back there; the next step waits for it.
+    worker: asyncio.Future | None = None
 
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "project": self.project, "base_model": self.base_model, "step": self.step,
                 "inference_name": adapter_key(self.name, self.step), "lora": vars(self.lora),
-                "path": str(self.paths.root), "training": not self.gate.is_set()}
+                "path": str(self.paths.root),
+                "training": not self.gate.is_set() or (self.worker is not None and not self.worker.done())}
 
 
 def make_optimizer(host: LoraHost, slot: str) -> torch.optim.Optimizer:
@@ -85,7 +93,11 @@ def register(host: LoraHost, data_dir: Path, name: str, project: str, base_model
     lora = lora or LoraSpec()
     # The same name and project always start from the same LoRA initialisation.
     seed = int.from_bytes(hashlib.sha256(f"{project}/{name}".encode()).digest()[:4], "little")
-    host.add_slot(slot, lora.peft_config(), seed=seed)
+    try:
+        host.add_slot(slot, lora.peft_config(), seed=seed)
+    except ValueError as error:  # e.g. target modules the base model does not have
+        host.delete_slot(slot)
+        raise LoraConfigError(f"LoRA config {vars(lora)} does not fit base model {base_model!r}: {error}") from None
     optimizer = make_optimizer(host, slot)
     removed = ckpt.remove_partial(paths)
     if removed:
@@ -101,6 +113,9 @@ def register(host: LoraHost, data_dir: Path, name: str, project: str, base_model
         dropped = drop_history_after(paths, step)
         if dropped:
             log.warning("%s/%s: dropped %d history rows of a step that did not complete", project, name, dropped)
+        recovered = restore_history_rows(paths, [(s, ckpt.load_state(paths.checkpoint(s))) for s in steps])
+        if recovered:
+            log.warning("%s/%s: history rows of steps %s recovered from their checkpoints", project, name, recovered)
         resumed = True
     else:
         # Step 0: the identity LoRA (PEFT initialises B to zero), saved like any other step.

@@ -5,6 +5,7 @@ place; leftovers of a crash (`.tmp-*`) are removed on the next start."""
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +46,8 @@ def save_checkpoint(paths: ModelPaths, step: int, adapter_config: Any, weights: 
     """Writes a standard PEFT adapter folder (adapter_config.json + adapter_model.safetensors),
     the optimizer state, and state.json last; then renames it into place."""
     paths.checkpoints.mkdir(parents=True, exist_ok=True)
-    tmp = paths.checkpoints / f".tmp-{step:04d}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
+    # A folder of its own per writer: two writers of one step never share a temporary folder.
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{step:04d}-", dir=paths.checkpoints))
     adapter_config.save_pretrained(str(tmp))
     save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, str(tmp / ADAPTER_WEIGHTS))
     if optimizer_state is not None:
@@ -57,6 +56,12 @@ def save_checkpoint(paths: ModelPaths, step: int, adapter_config: Any, weights: 
     target = paths.checkpoint(step)
     publish_dir(tmp, target)
     return target
+
+
+def load_state(path: Path) -> dict[str, Any]:
+    import json
+
+    return json.loads((path / STATE).read_text())
 
 
 def load_weights(path: Path) -> dict[str, torch.Tensor]:

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from .logprobs import Batch, pad_batch, token_logprobs
+from .guard import StepGuard
 from .lora import LoraHost
 from .loss import grpo_token_loss, group_advantages
 from .sequences import MissingTokens, Sequence, build_sequences, sampled_turns
@@ -118,8 +119,11 @@ def _chunks(items: list[Any], n: int) -> list[list[Any]]:
 
 
 def train_step(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer, prepared: Prepared, config: GRPOConfig,
-               pad_id: int, progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Runs the gradient steps; returns summed metrics (the caller adds rewards and timings)."""
+               pad_id: int, progress: Callable[[dict[str, Any]], None] | None = None,
+               guard: StepGuard | None = None) -> dict[str, Any]:
+    """Runs the gradient steps; returns summed metrics (the caller adds rewards and timings). `guard`
+    stops a cancelled step between micro-batches and refuses non-finite updates (see guard.py)."""
+    guard = guard or StepGuard()
     params = host.parameters(slot)
     for group in optimizer.param_groups:
         group["lr"] = config.learning_rate
@@ -135,14 +139,14 @@ def train_step(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer, prep
         stats = Counter()
         for start in range(0, len(chunk), config.micro_batch_size):
             micro = chunk[start:start + config.micro_batch_size]
+            guard.check()
             with host.lock:
                 host.activate(slot)
                 batch = pad_batch([it.sequence for it in micro], pad_id, host.device)
                 stats += _micro_step(host, batch, micro, config, weight_scale)
         with host.lock:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            grad_norm = guard.apply(optimizer, params, config.max_grad_norm, stats["loss"] / weight_scale,
+                                    f"gradient step {k + 1} of {len(chunks)}")
         line = {
             "type": "progress", "gradient_step": k + 1, "gradient_steps": len(chunks),
             "loss": stats["loss"] / weight_scale, "grad_norm": grad_norm,

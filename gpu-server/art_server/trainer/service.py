@@ -23,8 +23,11 @@ from ..engine.base import Engine
 from ..models.names import adapter_key
 from ..models.trainable import LoraSpec, RegistrationError, TrainableModel, register, save_step
 from ..store import checkpoints as ckpt
-from ..store.history import append_history, group_metrics, read_history, write_trajectories
+from ..provenance import check_groups
+from ..store.history import append_history, append_row, group_metrics, read_history, write_trajectories
 from .grpo import GRPOConfig, nothing_trained_reason, prepare, train_step
+from .faults import fail_once
+from .guard import Snapshot, StepGuard, restore, take_snapshot
 from .lora import LoraHost
 from .sft import SFTConfig, sft_sequence, train_sft
 
@@ -50,6 +53,8 @@ class TrainingService:
         self.models: dict[str, TrainableModel] = {}  # by name (served names are unique per server)
         self._host: LoraHost | None = None
         self._slots = itertools.count()
+        self._register_lock = asyncio.Lock()
+        self._cancels: set[threading.Event] = set()  # one per running step
 
     # -- set-up ------------------------------------------------------------------------------
     def host(self, engine: Engine, base_path: Path) -> LoraHost:
@@ -76,22 +81,29 @@ class TrainingService:
         return engine.tokenizer
 
     async def register(self, name: str, project: str, base_model: str, lora: LoraSpec | None) -> dict[str, Any]:
-        existing = self.models.get(name)
-        if existing is not None:
-            if existing.project != project:
-                raise RegistrationError(f"this server already serves a model named {name!r} in project {existing.project!r}; "
-                                        "model names must be unique per server")
-            if lora is not None and vars(lora) != vars(existing.lora):
-                raise RegistrationError(f"model {project}/{name} is registered with LoRA config {vars(existing.lora)}")
-            return {**existing.info(), "resumed": True}
-        engine = await self.manager.ensure_base(base_model)
-        host = self.host(engine, self.manager.base_path)
-        model, resumed = await asyncio.to_thread(register, host, self.manager.config.data_dir, name, project, base_model,
-                                                 lora, f"train{next(self._slots)}")
-        self.models[name] = model
-        await self.serve_step(model, model.step)
-        log.info("%s %s/%s at step %d", "resumed" if resumed else "registered", project, name, model.step)
-        return {**model.info(), "resumed": resumed}
+        # One registration at a time: concurrent first registrations of a name would both create it.
+        async with self._register_lock:
+            existing = self.models.get(name)
+            if existing is not None:
+                if existing.project != project:
+                    raise RegistrationError(f"this server already serves a model named {name!r} in project {existing.project!r}; "
+                                            "model names must be unique per server")
+                if lora is not None and vars(lora) != vars(existing.lora):
+                    raise RegistrationError(f"model {project}/{name} is registered with LoRA config {vars(existing.lora)}")
+                return {**existing.info(), "resumed": True}
+            engine = await self.manager.ensure_base(base_model)
+            host = self.host(engine, self.manager.base_path)
+            model, resumed = await asyncio.to_thread(register, host, self.manager.config.data_dir, name, project, base_model,
+                                                     lora, f"train{next(self._slots)}")
+            self.models[name] = model
+            await self.serve_step(model, model.step)
+            log.info("%s %s/%s at step %d", "resumed" if resumed else "registered", project, name, model.step)
+            return {**model.info(), "resumed": resumed}
+
+    def cancel_all(self) -> None:
+        """Stops every running step at its next micro-batch (the server is stopping); each rolls back."""
+        for cancel in list(self._cancels):
+            cancel.set()
 
     def get(self, name: str) -> TrainableModel:
         model = self.models.get(name)
@@ -116,14 +128,44 @@ class TrainingService:
         return model.paths.checkpoint(step)
 
     # -- steps -------------------------------------------------------------------------------
+    async def _idle(self, model: TrainableModel) -> None:
+        """Waits for the worker thread of a step whose request ended early (it stops at its next
+        micro-batch and rolls back), so two steps never touch one adapter at once."""
+        if model.worker is not None and not model.worker.done():
+            await asyncio.wait([model.worker])
+
+    def _check_tokens(self, groups: list[list[dict[str, Any]]]) -> None:
+        """Every token id must index the model's vocabulary (an out-of-range id is an index error on
+        the CPU and a device assert on CUDA, after part of the step ran)."""
+        vocab = self._host.model.get_input_embeddings().num_embeddings if self._host is not None else None
+        if vocab is None:
+            return
+        for g, group in enumerate(groups):
+            for t, trajectory in enumerate(group):
+                for c, item in enumerate(trajectory.get("messages_and_choices", [])):
+                    for field_name in ("prompt_token_ids", "token_ids"):
+                        ids = item.get(field_name) or []
+                        if ids and max(ids) >= vocab:
+                            raise ValueError(f"group {g}, trajectory {t}, item {c}: {field_name} holds {max(ids)}, outside the "
+                                             f"vocabulary of this base model ({vocab} tokens)")
+
     async def train(self, name: str, groups: list[list[dict[str, Any]]], config: GRPOConfig,
                     serve_previous: bool = False) -> AsyncIterator[dict[str, Any]]:
         model = self.get(name)
         async with model.lock:
+            await self._idle(model)
             timings: dict[str, float] = {}
             started = time.perf_counter()
             engine = self.manager.require_engine()
-            prepared = prepare(groups, config, engine.context_length)
+            # Everything is checked before the weights are touched: a refused step is a 400.
+            provenance = self.manager.provenance
+
+            def check_and_prepare() -> tuple[list[str], Any]:  # CPU work on a large body: off the event loop
+                warnings = check_groups(provenance, groups)
+                self._check_tokens(groups)
+                return warnings, prepare(groups, config, engine.context_length)
+
+            warnings, prepared = await asyncio.to_thread(check_and_prepare)
             timings["tokenize_s"] = time.perf_counter() - started
             from_step, new_step = model.step, model.step + 1
             metrics: dict[str, Any] = {
@@ -135,28 +177,30 @@ class TrainingService:
                 "sequences": len(prepared.items), "sequences_split": prepared.sequences_split,
             }
             yield {"type": "start", "from_step": from_step, "step": new_step, **metrics}
+            for message in warnings:
+                yield {"type": "warning", "message": message}
+            row = {"step": from_step, "split": "train", "time": time.time(), "kind": "grpo"}
             async for line in self._run_step(model, engine, serve_previous, timings, metrics,
-                                             lambda progress: train_step(self._host, model.slot, model.optimizer, prepared,
-                                                                         config, self.pad_id, progress),
+                                             lambda progress, guard: train_step(self._host, model.slot, model.optimizer, prepared,
+                                                                                config, self.pad_id, progress, guard),
                                              trainable=bool(prepared.items),
                                              reason=None if prepared.items else nothing_trained_reason(prepared),
-                                             details=prepared.skip_details):
+                                             details=prepared.skip_details, row=row,
+                                             before_save=lambda: write_trajectories(model.paths, "train", from_step, groups)):
                 yield line
-            await asyncio.to_thread(write_trajectories, model.paths, "train", from_step, groups)
-            row = append_history(model.paths, from_step, "train", {**metrics, "trained_into_step": new_step,
-                                                                    "kind": "grpo", **timings})
             yield {"type": "result", "step": new_step, "metrics": row}
 
     async def train_sft(self, name: str, conversations: list[dict[str, Any]], config: SFTConfig) -> AsyncIterator[dict[str, Any]]:
         model = self.get(name)
         async with model.lock:
+            await self._idle(model)
             timings: dict[str, float] = {}
             started = time.perf_counter()
             tok = self.tokenizer
             sequences = []
             for i, c in enumerate(conversations):
                 try:
-                    sequences.append(sft_sequence(tok, c["messages"], c.get("tools"), config.train_on))
+                    sequences.append(await asyncio.to_thread(sft_sequence, tok, c["messages"], c.get("tools"), config.train_on))
                 except ValueError as error:
                     raise ValueError(f"conversation {i}: {error}") from None
             timings["tokenize_s"] = time.perf_counter() - started
@@ -168,18 +212,21 @@ class TrainingService:
             from_step, new_step = model.step, model.step + 1
             metrics: dict[str, Any] = {"conversations": len(sequences), "tokens": sum(s.trained_tokens for s in sequences)}
             yield {"type": "start", "from_step": from_step, "step": new_step, **metrics}
+            row = {"step": from_step, "split": "sft", "time": time.time(), "kind": "sft"}
             async for line in self._run_step(model, engine, False, timings, metrics,
-                                             lambda progress: train_sft(self._host, model.slot, model.optimizer, sequences,
-                                                                        config, self.pad_id, progress),
-                                             trainable=bool(sequences), reason="no conversations were sent", details=[]):
+                                             lambda progress, guard: train_sft(self._host, model.slot, model.optimizer, sequences,
+                                                                               config, self.pad_id, progress, guard),
+                                             trainable=bool(sequences), reason="no conversations were sent", details=[], row=row):
                 yield line
-            row = append_history(model.paths, from_step, "sft", {**metrics, "trained_into_step": new_step, "kind": "sft", **timings})
             yield {"type": "result", "step": new_step, "metrics": row}
 
     async def _run_step(self, model: TrainableModel, engine: Engine, serve_previous: bool, timings: dict[str, float],
                         metrics: dict[str, Any], work: Any, trainable: bool, reason: str | None,
-                        details: list[str]) -> AsyncIterator[dict[str, Any]]:
-        """Trains (in a thread, streaming progress), saves, serves; fills `metrics` and `timings`."""
+                        details: list[str], row: dict[str, Any], before_save: Any = None) -> AsyncIterator[dict[str, Any]]:
+        """Trains (in a thread, streaming progress), saves, serves; fills `metrics`, `timings` and the
+        history `row`. A transaction (guard.py): until the checkpoint is in place, any failure or a
+        cancelled request puts the adapter and its optimizer back as they were; the step number
+        moves only once the checkpoint, its trajectories and its history row are on disk."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         new_step = model.step + 1
@@ -187,14 +234,29 @@ class TrainingService:
         if not serve_previous:
             model.gate.clear()
         slept = False
+        cancel = threading.Event()
+        self._cancels.add(cancel)
+        snapshot: Snapshot | None = None
         try:
             if trainable:
+                snapshot = await asyncio.to_thread(take_snapshot, self._host, model.slot, model.optimizer)
                 if engine.kind == "vllm":
                     t = time.perf_counter()
                     await engine.sleep()
                     slept = True
                     timings["sleep_s"] = time.perf_counter() - t
-                task = loop.run_in_executor(None, work, lambda line: loop.call_soon_threadsafe(queue.put_nowait, line))
+                guard = StepGuard(cancel)
+
+                def guarded() -> dict[str, Any]:
+                    try:
+                        return work(lambda line: loop.call_soon_threadsafe(queue.put_nowait, line), guard)
+                    except BaseException:
+                        restore(self._host, model.slot, model.optimizer, snapshot)
+                        raise
+
+                task = loop.run_in_executor(None, guarded)
+                model.worker = task
+                task.add_done_callback(_consume_exception)
                 while True:
                     getter = asyncio.ensure_future(queue.get())
                     done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
@@ -213,9 +275,22 @@ class TrainingService:
                 if details:
                     metrics["skip_details"] = details[:10]
                 yield {"type": "warning", "message": reason, "details": details[:10]}
+            row.update({**metrics, "trained_into_step": new_step, **timings})
             t = time.perf_counter()
-            await asyncio.to_thread(save_step, self._host, model, new_step,
-                                    {"kind": "train" if trainable else "untrained", "metrics": _plain(metrics)})
+            try:
+                if before_save is not None:
+                    await asyncio.to_thread(before_save)
+                # The history row travels inside the checkpoint: a crash right after the rename
+                # cannot lose it (registration appends it when history.jsonl lacks it).
+                fail_once("save")
+                await asyncio.to_thread(save_step, self._host, model, new_step,
+                                        {"kind": "train" if trainable else "untrained", "metrics": _plain(metrics),
+                                         "history_row": _plain(row)})
+                fail_once("exit_after_publish")
+            except BaseException:
+                if snapshot is not None:
+                    await asyncio.to_thread(restore, self._host, model.slot, model.optimizer, snapshot)
+                raise
             timings["save_s"] = time.perf_counter() - t
             if slept:
                 t = time.perf_counter()
@@ -224,12 +299,17 @@ class TrainingService:
                 timings["wake_s"] = time.perf_counter() - t
             model.step = new_step
             timings["reload_s"] = await self.serve_step(model, new_step)
+            row.update(timings)
+            await asyncio.to_thread(append_row, model.paths, _plain(row))
+        except BaseException:
+            cancel.set()  # a request that went away stops its worker at the next micro-batch
+            raise
         finally:
+            self._cancels.discard(cancel)
             if slept:
                 await engine.wake()
             model.gate.set()
             model.serve_previous = False
-
     async def log(self, name: str, split: str, groups: list[list[dict[str, Any]]]) -> dict[str, Any]:
         model = self.get(name)
         await asyncio.to_thread(write_trajectories, model.paths, split, model.step, groups)
@@ -267,6 +347,12 @@ class TrainingService:
             await asyncio.to_thread(ckpt.delete_steps, model.paths, doomed)
             return {"deleted": doomed, "kept": sorted(keep), "best_step": best, "metric": keep_best_by,
                     "note": None if best is not None else f"no history rows with {keep_best_by}; kept only the latest"}
+
+
+def _consume_exception(future: asyncio.Future) -> None:
+    """Reads a worker's outcome, so a step abandoned by its request logs no 'exception never retrieved'."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _plain(metrics: dict[str, Any]) -> dict[str, Any]:

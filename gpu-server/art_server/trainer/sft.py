@@ -14,6 +14,7 @@ import torch
 
 from ..chat.prompt import prompt_token_ids
 from .logprobs import pad_batch, token_logprobs
+from .guard import StepGuard
 from .lora import LoraHost
 from .sequences import Sequence
 
@@ -63,7 +64,9 @@ def lr_at(step: int, total: int, config: SFTConfig) -> float:
 
 
 def train_sft(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer, sequences: list[Sequence], config: SFTConfig,
-              pad_id: int, progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+              pad_id: int, progress: Callable[[dict[str, Any]], None] | None = None,
+              guard: StepGuard | None = None) -> dict[str, Any]:
+    guard = guard or StepGuard()
     params = host.parameters(slot)
     rng = random.Random(config.seed)
     per_epoch = math.ceil(len(sequences) / config.batch_size)
@@ -86,6 +89,7 @@ def train_sft(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer, seque
             loss_sum = 0.0
             for start in range(0, len(batch_seqs), config.micro_batch_size):
                 micro = batch_seqs[start:start + config.micro_batch_size]
+                guard.check()
                 with host.lock:
                     host.activate(slot)
                     batch = pad_batch(micro, pad_id, host.device)
@@ -94,9 +98,7 @@ def train_sft(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer, seque
                     loss.backward()
                 loss_sum += float(loss)
             with host.lock:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+                grad_norm = guard.apply(optimizer, params, config.max_grad_norm, loss_sum, f"epoch {epoch + 1}, batch {b + 1}")
             step += 1
             tokens_total += tokens
             losses.append(loss_sum)

@@ -1,0 +1,445 @@
+"""Reliability: the cases a hostile or careless client found (issue 14), each a named regression
+against the real server process. A training step is a transaction (a failed or refused step
+leaves the adapter and its optimizer bit for bit as a clean run has them), bad input is a 4xx,
+requests cannot stall the server, concurrent use gives no 500, and a step's history survives a
+crash right after its checkpoint. Every case also appends a row to
+`.artifacts/reliability.jsonl` (case, statuses seen, hang, corrupted): `scripts/reliability-table.py`
+prints them as the probe table."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import math
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from safetensors.torch import load_file
+
+from conftest import ServerProcess, start_server
+from rl import choice_item, sample, step
+
+REPORT = Path(os.environ.get("ART_RELIABILITY_REPORT", Path(__file__).resolve().parents[2] / ".artifacts" / "reliability.jsonl"))
+PROMPT = [{"role": "user", "content": "Name an empty cell."}]
+
+
+TIMEOUT, RESET = -1, 0  # statuses of a request that got no answer in time, or whose connection the server dropped
+
+
+def report(case: str, statuses: list[int], hang: bool = False, corrupted: bool = False, injected: bool = False,
+           wrong: str = "") -> None:
+    """One row of the probe table. A server fault injected by the test (ART_FAULT) is answered with
+    a 5xx on purpose: those are not counted as 5xx for bad input. A dropped connection counts as a 5xx.
+    `corrupted`: weights or a step lost or damaged; `wrong`: anything else not as required, said in words."""
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    with REPORT.open("a") as out:
+        out.write(json.dumps({"case": case, "statuses": statuses,
+                              "fivexx": 0 if injected else sum(s >= 500 or s == RESET for s in statuses),
+                              "hang": hang or TIMEOUT in statuses, "corrupted": corrupted, "injected": injected,
+                              "wrong": wrong}) + "\n")
+
+
+def attempt(request: Any) -> Any:
+    """`request()`, or TIMEOUT / RESET when it got no answer (so a case is reported before it is asserted)."""
+    try:
+        return request()
+    except httpx.TimeoutException:
+        return TIMEOUT
+    except httpx.TransportError:
+        return RESET
+
+
+def status_of(response: Any) -> int:
+    return response if isinstance(response, int) else response.status_code
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory) -> ServerProcess:
+    s = start_server(tmp_path_factory.mktemp("reliable"), "--base-model", "builtin:tiny")
+    yield s
+    s.stop()
+
+
+def register(c: httpx.Client, name: str, project: str = "reliable", **extra: Any) -> httpx.Response:
+    return c.post("/v1/art/models/register", json={"name": name, "project": project, "base_model": "builtin:tiny", **extra})
+
+
+def group_of(c: httpx.Client, model: str, rewards: list[float], seed: int = 0) -> list[dict]:
+    r = sample(c, model, PROMPT, len(rewards), 6, seed=seed)
+    return [{"messages_and_choices": [*PROMPT, choice_item(r, ch)], "reward": reward} for ch, reward in zip(r["choices"], rewards)]
+
+
+def train_status(c: httpx.Client, name: str, groups: Any, config: dict | None = None, raw: bytes | None = None) -> tuple[int, list[dict]]:
+    """The HTTP status and NDJSON lines of a train request (an error line's status when the stream failed)."""
+    body = raw if raw is not None else json.dumps({"groups": groups, "config": config or {}}).encode()
+    with c.stream("POST", f"/v1/art/models/{name}/train", content=body, headers={"Content-Type": "application/json"}) as r:
+        if r.status_code != 200:
+            r.read()
+            return r.status_code, [r.json()]
+        lines = [json.loads(x) for x in r.iter_lines() if x.strip()]
+    return (lines[-1].get("status", 500) if lines[-1]["type"] == "error" else 200), lines
+
+
+def weights_of(server: ServerProcess, project: str, name: str, step_: int) -> dict:
+    return load_file(str(server.data_dir / project / "models" / name / "checkpoints" / f"{step_:04d}" / "adapter_model.safetensors"))
+
+
+def finite(weights: dict) -> bool:
+    return all(bool(v.isfinite().all()) for v in weights.values())
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(bool((a[k] == b[k]).all()) for k in a)
+
+
+# -- weights are never corrupted -----------------------------------------------------------------
+
+def _with_choice(good: list[dict], **fields: Any) -> list[list[dict]]:
+    """The group with its first trajectory's sampled choice changed."""
+    choice = good[0]["messages_and_choices"][-1]
+    return [[{**good[0], "messages_and_choices": [*PROMPT, {**choice, **fields}]}, good[1]]]
+
+
+BAD_STEPS: dict[str, Any] = {  # case -> (good group -> request body bytes)
+    "logprob -1e30": lambda g: {"groups": _with_choice(g, logprobs=[-1e30] * len(g[0]["messages_and_choices"][-1]["token_ids"]))},
+    "logprob above 0": lambda g: {"groups": _with_choice(g, logprobs=[5.0] * len(g[0]["messages_and_choices"][-1]["token_ids"]))},
+    "logprob -Infinity": lambda g: {"groups": _with_choice(g, logprobs=["@-INF@"] * len(g[0]["messages_and_choices"][-1]["token_ids"]))},
+    "kl_coef 1e308": lambda g: {"groups": [g], "config": {"kl_coef": 1e308}},
+    "kl_coef Infinity": lambda g: {"groups": [g], "config": {"kl_coef": "@INF@"}},
+    "eps_high 1e308": lambda g: {"groups": [g], "config": {"eps_high": 1e308}},
+    "reward 1e308": lambda g: {"groups": [[{**g[0], "reward": 1e308}, g[1]]]},
+    "token id out of vocabulary": lambda g: {"groups": _with_choice(g, token_ids=[10**9] * len(g[0]["messages_and_choices"][-1]["token_ids"]))},
+    "negative token id": lambda g: {"groups": _with_choice(g, prompt_token_ids=[-5, 3])},
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_STEPS))
+def test_non_finite_or_impossible_numbers_are_refused_before_the_weights_are_touched(srv, case):
+    name = "poison" + str(list(BAD_STEPS).index(case))
+    with srv.client() as c:
+        assert register(c, name).status_code == 200
+        good = group_of(c, name, [1, 0])
+        # JSON's own infinities (Python's json and pydantic read them) are written as raw text.
+        raw = json.dumps(BAD_STEPS[case](good)).replace('"@-INF@"', "-Infinity").replace('"@INF@"', "Infinity").encode()
+        status, lines = train_status(c, name, None, raw=raw)
+        step_after = c.get(f"/v1/art/models/{name}").json()["step"]
+        # A step that went through shows in its checkpoint whether the weights survived it.
+        corrupted = status == 200 and not finite(weights_of(srv, "reliable", name, 1))
+        report(case, [status], corrupted=corrupted)
+        assert 400 <= status < 500 and step_after == 0, (case, lines)
+        valid, _ = train_status(c, name, [good], {"learning_rate": 1e-2})
+    assert valid == 200 and finite(weights_of(srv, "reliable", name, 1))
+
+
+def _clean_and_failed(tmp_path_factory, fault: str, bad_first: bool) -> tuple[dict, dict, list[int]]:
+    """Trains the same group as step 1 on a clean server and on one where a step failed first
+    (`fault` injected, or a refused out-of-vocabulary step); returns both step-1 weights."""
+    clean = start_server(tmp_path_factory.mktemp("clean"), "--base-model", "builtin:tiny")
+    try:
+        with clean.client() as c:
+            assert register(c, "tx").status_code == 200
+            groups = [group_of(c, "tx", [1, 0, 0.5, 0.2], seed=3), group_of(c, "tx", [0, 1, 0.3, 0.9], seed=4)]
+            status, _ = train_status(c, "tx", groups, {"learning_rate": 1e-2, "gradient_steps": 2, "micro_batch_size": 2})
+            assert status == 200
+        reference = weights_of(clean, "reliable", "tx", 1)
+    finally:
+        clean.stop()
+    failing = start_server(tmp_path_factory.mktemp("failing"), "--base-model", "builtin:tiny",
+                           env={"ART_FAULT": fault} if fault else None)
+    statuses = []
+    try:
+        with failing.client() as c:
+            assert register(c, "tx").status_code == 200
+            config = {"learning_rate": 1e-2, "gradient_steps": 2, "micro_batch_size": 2}
+            if bad_first:
+                oov = json.loads(json.dumps(groups))
+                oov[1][0]["messages_and_choices"][-1]["token_ids"][0] = 10**6
+                statuses.append(train_status(c, "tx", oov, config)[0])
+            else:
+                statuses.append(train_status(c, "tx", groups, config)[0])
+            assert c.get("/v1/art/models/tx").json()["step"] == 0
+            status, _ = train_status(c, "tx", groups, config)
+            statuses.append(status)
+            assert status == 200
+        return reference, weights_of(failing, "reliable", "tx", 1), statuses
+    finally:
+        failing.stop()
+
+
+@pytest.mark.parametrize("case,fault,bad_first", [
+    ("out-of-vocabulary step, then a valid one", "", True),
+    ("failure in gradient step 2 (after an optimizer step), then a valid one", "gradient_step:2", False),
+    ("failed checkpoint save (read-only disk), then a valid one", "save", False),
+])
+def test_a_failed_step_leaves_the_adapter_and_optimizer_bit_for_bit_as_before(tmp_path_factory, case, fault, bad_first):
+    reference, after_failure, statuses = _clean_and_failed(tmp_path_factory, fault, bad_first)
+    identical = same(reference, after_failure)
+    report(case, statuses, corrupted=not identical, injected=bool(fault))
+    assert statuses[0] in (400, 500, 507) and statuses[1] == 200, statuses
+    assert identical, "the step after a failed one differs from a clean run's"
+
+
+def test_a_crash_right_after_the_checkpoint_keeps_its_history_row_and_trajectories(tmp_path_factory):
+    data = tmp_path_factory.mktemp("crash")
+    first = start_server(data, "--base-model", "builtin:tiny", env={"ART_FAULT": "exit_after_publish"})
+    with first.client() as c:
+        assert register(c, "durable").status_code == 200
+        group = group_of(c, "durable", [1, 0])
+        with pytest.raises(httpx.HTTPError):
+            train_status(c, "durable", [group], {"learning_rate": 1e-2})
+    first.process.wait(timeout=30)
+    second = start_server(data, "--base-model", "builtin:tiny")
+    try:
+        with second.client() as c:
+            assert register(c, "durable").json()["step"] == 1
+            rows = c.get("/v1/art/models/durable/history").json()["rows"]
+        model_dir = data / "reliable" / "models" / "durable"
+        kept = [r for r in rows if r.get("trained_into_step") == 1] and (model_dir / "trajectories" / "train" / "0000.jsonl").exists()
+        report("kill right after a checkpoint's rename", [200], corrupted=not kept)
+        assert kept, rows
+    finally:
+        second.stop()
+
+
+# -- work has bounds and owners ------------------------------------------------------------------
+
+def test_a_training_request_whose_client_leaves_is_cancelled_and_rolled_back(tmp_path_factory):
+    srv = start_server(tmp_path_factory.mktemp("leaver"), "--base-model", "builtin:tiny")
+    try:
+        _leave_a_long_step(srv)
+    finally:
+        srv.stop()
+
+
+def _leave_a_long_step(srv: ServerProcess) -> None:
+    conversation = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello there"}]}
+    with srv.client() as c:
+        assert register(c, "leaver").status_code == 200
+        with c.stream("POST", "/v1/art/models/leaver/train_sft",
+                      json={"conversations": [conversation], "config": {"epochs": 10**9}}) as r:
+            too_many = r.status_code  # 200: accepted, and training a billion epochs; leaving closes the request
+            if too_many != 200:
+                r.read()
+        report("train_sft with epochs 1e9", [too_many], hang=too_many == 200)
+        before = weights_of(srv, "reliable", "leaver", 0)
+        body = {"conversations": [conversation] * 8, "config": {"epochs": 1000, "batch_size": 1, "learning_rate": 1e-3}}
+        with c.stream("POST", "/v1/art/models/leaver/train_sft", json=body) as r:
+            for line in r.iter_lines():
+                if '"progress"' in line:
+                    break  # training is running: leave
+        deadline = time.time() + 20
+        left = time.perf_counter()
+        while c.get("/v1/art/models/leaver").json()["training"]:
+            if time.time() > deadline:
+                report("a long step whose client disconnects", [200], hang=True)
+                raise AssertionError("still training 20 s after the client left")
+            time.sleep(0.2)
+        print(f"client left a long step: training stopped {time.perf_counter() - left:.2f} s later")
+        moved = c.get("/v1/art/models/leaver").json()["step"] != 0
+        started = time.perf_counter()
+        sample(c, "leaver", PROMPT, 1, 4, seed=1)
+        latency = time.perf_counter() - started
+        # Rolled back: a step with a negligible learning rate, saved as step 1, holds the weights the
+        # adapter has in memory now, which must be step 0's (a half step would show as a difference).
+        status = attempt(lambda: train_status(c, "leaver", [group_of(c, "leaver", [1, 0])], {"learning_rate": 1e-9})[0])
+    after = weights_of(srv, "reliable", "leaver", 1) if status == 200 else before
+    changed = moved or max(float((after[k] - before[k]).abs().max()) for k in before) > 1e-6
+    report("a long step whose client disconnects", [status], hang=latency > 2 or status == TIMEOUT, corrupted=changed)
+    assert too_many == 400
+    assert status == 200 and latency < 2 and not changed
+
+
+def test_sigterm_stops_a_long_step_and_exits_within_seconds(tmp_path_factory):
+    s = start_server(tmp_path_factory.mktemp("sigterm"), "--base-model", "builtin:tiny")
+    conversation = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello there"}]}
+    with s.client() as c:
+        assert register(c, "long").status_code == 200
+        body = {"conversations": [conversation] * 8, "config": {"epochs": 1000, "batch_size": 1}}
+        with c.stream("POST", "/v1/art/models/long/train_sft", json=body) as r:
+            for line in r.iter_lines():
+                if '"progress"' in line:
+                    break
+            started = time.perf_counter()
+            s.process.send_signal(signal.SIGTERM)
+            try:
+                s.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                s.process.kill()
+    seconds = time.perf_counter() - started
+    print(f"SIGTERM during a long step: the server exited after {seconds:.1f} s")
+    report("SIGTERM during a long step", [200], hang=seconds > 15)
+    assert seconds < 15, f"the server took {seconds:.1f} s to exit"
+
+
+def test_a_huge_prompt_is_refused_fast_without_stalling_other_requests_or_the_cache(srv):
+    huge = "word " * 2_000_000  # 10 MB
+    timings: list[float] = []
+    done = threading.Event()
+
+    def poll_health() -> None:
+        with httpx.Client(base_url=srv.url, timeout=30) as h:
+            while not done.is_set():
+                t = time.perf_counter()
+                h.get("/health")
+                timings.append(time.perf_counter() - t)
+                time.sleep(0.05)
+
+    poller = threading.Thread(target=poll_health)
+    poller.start()
+    statuses = []
+    with srv.client(timeout=60) as c:
+        cache_before = c.get("/v1/engine/stats").json().get("prompt_cache", {}).get("bytes")
+        for size in (4_000_000, 4_000_000, 4_000_000, len(huge)):
+            statuses.append(status_of(attempt(lambda: c.post("/v1/chat/completions", json={
+                "model": "builtin:tiny", "messages": [{"role": "user", "content": huge[:size]}]}))))
+        cache_after = c.get("/v1/engine/stats").json().get("prompt_cache", {}).get("bytes")
+    done.set()
+    poller.join()
+    worst = max(timings) if timings else 0.0
+    report("10 MB prompt, /health meanwhile; rejected prompts cached", statuses, hang=worst > 1.0,
+           wrong="" if cache_after is not None and cache_after <= cache_before else "refused prompts kept in the cache")
+    assert all(s == 400 for s in statuses), statuses
+    assert worst < 1.0, f"/health took {worst:.2f} s during a huge prompt"
+    assert cache_after == cache_before
+
+
+# -- concurrency without 500s --------------------------------------------------------------------
+
+def test_requests_to_a_step_being_unloaded_finish(srv):
+    with srv.client() as c:
+        assert register(c, "busy").status_code == 200
+        statuses: list[int] = []
+
+        def ask(i: int) -> int:
+            with srv.client(timeout=120) as cc:
+                return status_of(attempt(lambda: cc.post("/v1/chat/completions", json={
+                    "model": "busy@0", "messages": PROMPT, "max_tokens": 64, "n": 4, "seed": i})))
+
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            futures = [pool.submit(ask, i) for i in range(16)]
+            time.sleep(0.05)
+            # Steps with equal rewards train nothing but each makes a step: 5 of them push step 0 out.
+            for k in range(5):
+                status, _ = train_status(c, "busy", [group_of(c, "busy", [0.5, 0.5], seed=k)])
+                statuses.append(status)
+            unloaded = c.post("/v1/unload_lora_adapter", json={"lora_name": "busy@1"})
+            statuses.append(unloaded.status_code)
+            statuses += [f.result() for f in futures]
+    report("16 requests in flight while their step is pushed out and unloaded", statuses)
+    assert all(s < 500 for s in statuses), statuses
+
+
+def test_concurrent_first_registrations_of_one_name_all_succeed(srv):
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        def reg(_: int) -> tuple[int, int | None]:
+            with srv.client() as c:
+                r = register(c, "racer")
+                return r.status_code, r.json().get("step")
+        results = list(pool.map(reg, range(6)))
+    report("6 concurrent first registrations of one name", [s for s, _ in results])
+    assert results == [(200, 0)] * 6
+
+
+# -- every bad input is a clear 4xx --------------------------------------------------------------
+
+def test_bad_inputs_that_were_500s_are_4xx(srv, tmp_path):
+    with srv.client() as c:
+        assert register(c, "fourxx").status_code == 200
+        broken = tmp_path / "broken"
+        broken.mkdir()
+        (broken / "adapter_config.json").write_text("{not json")
+        truncated = tmp_path / "truncated"
+        truncated.mkdir()
+        ckpt0 = srv.data_dir / "reliable" / "models" / "fourxx" / "checkpoints" / "0000"
+        (truncated / "adapter_config.json").write_text((ckpt0 / "adapter_config.json").read_text())
+        (truncated / "adapter_model.safetensors").write_bytes((ckpt0 / "adapter_model.safetensors").read_bytes()[:500])
+        requests = {
+            "65-bit integer in a message": lambda: c.post("/v1/chat/completions", json={
+                "model": "fourxx", "messages": [{"role": "user", "content": "hi", "extra": 2**65}], "max_tokens": 2}),
+            "step suffix '²' on chat": lambda: c.post("/v1/chat/completions", json={"model": "fourxx@²", "messages": PROMPT}),
+            "step suffix of 5000 digits": lambda: c.post("/v1/chat/completions", json={"model": "fourxx@" + "9" * 5000, "messages": PROMPT}),
+            "load adapter 'x@²'": lambda: c.post("/v1/load_lora_adapter", json={"lora_name": "x@²", "lora_path": str(ckpt0)}),
+            "unload adapter 'x@²'": lambda: c.post("/v1/unload_lora_adapter", json={"lora_name": "x@²"}),
+            "load adapter, a too-long path": lambda: c.post("/v1/load_lora_adapter", json={"lora_name": "x@1", "lora_path": "/" + "a" * 4000}),
+            "load adapter, truncated safetensors": lambda: c.post("/v1/load_lora_adapter", json={"lora_name": "x@1", "lora_path": str(truncated)}),
+            "load adapter, broken adapter_config.json": lambda: c.post("/v1/load_lora_adapter", json={"lora_name": "x@2", "lora_path": str(broken)}),
+            "register with target_modules ['nonexistent']": lambda: register(c, "badlora", lora={"target_modules": ["nonexistent"]}),
+            "seed of 2**70": lambda: c.post("/v1/chat/completions", json={"model": "fourxx", "messages": PROMPT, "seed": 2**70}),
+        }
+        cases = {case: attempt(request) for case, request in requests.items()}
+        served_after = status_of(attempt(lambda: c.post("/v1/chat/completions", json={"model": "fourxx", "messages": PROMPT, "max_tokens": 2})))
+    for case, r in cases.items():
+        report(case, [status_of(r)])
+    assert status_of(cases["65-bit integer in a message"]) == 200
+    for case, r in cases.items():
+        assert 0 < status_of(r) < 500, (case, status_of(r))
+        assert r.json()["error"]["message"] if r.status_code >= 400 else True
+    assert served_after == 200, "the server serves normally after the bad adapters"
+
+
+def test_register_without_a_loaded_base_refuses_paths_that_are_not_models(tmp_path_factory):
+    bare = start_server(tmp_path_factory.mktemp("bare"))
+    try:
+        with bare.client() as c:
+            statuses = {name: status_of(attempt(lambda: register(c, "m", base_model=name))) for name in ["/", "/etc", "~", "x" * 10_000]}
+    finally:
+        bare.stop()
+    report("register base_model '/', '/etc', '~', 10,000 characters", list(statuses.values()))
+    assert all(400 <= s < 500 for s in statuses.values()), statuses
+
+
+# -- provenance ----------------------------------------------------------------------------------
+
+def test_choices_from_another_base_model_are_refused_and_from_another_server_warned(srv, tmp_path_factory):
+    other_base = start_server(tmp_path_factory.mktemp("small"), "--base-model", "builtin:small")
+    twin = start_server(tmp_path_factory.mktemp("twin"), "--base-model", "builtin:tiny")
+    try:
+        with other_base.client() as c:
+            foreign = group_of(c, "builtin:small", [1, 0])
+        with twin.client() as c:
+            from_twin = group_of(c, "builtin:tiny", [1, 0])
+    finally:
+        other_base.stop()
+        twin.stop()
+    with srv.client() as c:
+        assert register(c, "prov").status_code == 200
+        refused, refused_lines = train_status(c, "prov", [foreign])
+        report("choices sampled from another base model", [refused])
+        tampered = group_of(c, "prov", [1, 0])
+        tampered[0]["messages_and_choices"][-1]["logprobs"][0] -= 0.5
+        altered, altered_lines = train_status(c, "prov", [tampered])
+        accepted, lines = train_status(c, "prov", [from_twin], {"learning_rate": 1e-3})
+        untagged = group_of(c, "prov", [1, 0])
+        for t in untagged:
+            del t["messages_and_choices"][-1]["art_provenance"]
+        accepted_untagged, untagged_lines = train_status(c, "prov", [untagged], {"learning_rate": 1e-3})
+    assert refused == 400 and "another base model" in refused_lines[0]["error"]["message"]
+    assert altered == 400 and "differ from what this server sampled" in altered_lines[0]["error"]["message"]
+    assert accepted == 200 and any(l["type"] == "warning" and "another server" in l["message"] for l in lines)
+    assert accepted_untagged == 200 and any(l["type"] == "warning" and "no art_provenance" in l["message"] for l in untagged_lines)
+
+
+# -- the API's surface ---------------------------------------------------------------------------
+
+def test_docs_are_off_by_default_and_short_tokens_are_refused_off_loopback(srv, tmp_path):
+    import sys
+
+    with httpx.Client(base_url=srv.url) as c:
+        docs = [c.get(p).status_code for p in ("/docs", "/redoc", "/openapi.json")]
+    try:
+        r = subprocess.run([sys.executable, "-m", "art_server", "--host", "0.0.0.0", "--token", "short", "--data-dir", str(tmp_path)],
+                           capture_output=True, text=True, timeout=20)
+        refused = r.returncode != 0 and "needs at least 16" in r.stderr
+    except subprocess.TimeoutExpired:  # it started serving
+        refused = False
+    report("docs without a token; a 5-character token on 0.0.0.0", docs,
+           wrong=", ".join(w for w in ["docs served" if docs != [404, 404, 404] else "", "short token taken" if not refused else ""] if w))
+    assert docs == [404, 404, 404]
+    assert refused
