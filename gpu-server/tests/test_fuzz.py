@@ -4,7 +4,7 @@ infinities, long or odd strings, nested objects; a field removed; an unknown fie
 not JSON at all) and asserts that the server answers every one with a status below 500 (a
 training stream's error line included), within 60 s, and still serves afterwards.
 
-Examples per route: ART_FUZZ_EXAMPLES (default 100; derandomized, so a run repeats). The named
+Examples per route: ART_FUZZ_EXAMPLES (default 60; derandomized, so a run repeats). The named
 regressions of issue 14 are in test_reliability.py."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from conftest import ServerProcess, start_server
 from rl import choice_item, sample
 
-EXAMPLES = int(os.environ.get("ART_FUZZ_EXAMPLES", "100"))
+EXAMPLES = int(os.environ.get("ART_FUZZ_EXAMPLES", "60"))
 PROMPT = [{"role": "user", "content": "Name an empty cell."}]
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

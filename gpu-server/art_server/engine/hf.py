@@ -17,7 +17,7 @@ import torch
 
 from ..chat.prompt import PromptError, prompt_token_ids
 from .base import Engine, EngineError
-from .prompt_cache import MAX_CHARS_PER_TOKEN, PromptCache, prompt_cache_key
+from .prompt_cache import INLINE_PROMPT_CHARS, MAX_CHARS_PER_TOKEN, PromptCache, prompt_cache_key
 from .openai_format import ChoiceState, StreamText, TokenText, chunk_object, completion_object, finish_choice
 from .runner import HFModelRunner
 from .sampling import RowParams
@@ -135,8 +135,7 @@ class HFEngine(Engine):
         return prompt, seqs, stop
 
     async def _prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
-        """The prompt's token ids: from the cache, else rendered and tokenized in a worker thread (a
-        large prompt takes seconds, and the event loop serves every other request meanwhile)."""
+        """The prompt's token ids: from the cache, else rendered and tokenized (see INLINE_PROMPT_CHARS)."""
         key = prompt_cache_key(messages, tools)
         cached = self._prompt_cache.get(key)
         if cached is not None:
@@ -149,7 +148,12 @@ class HFEngine(Engine):
                               f"{chars} characters, far more. Shorten the conversation.", code="context_length_exceeded",
                               param="messages")
         try:
-            ids = await asyncio.to_thread(prompt_token_ids, self.tokenizer, messages, tools)
+            # A large prompt takes seconds to render and tokenize: a worker thread does it while the
+            # event loop serves everything else. A usual one takes about a millisecond: done here.
+            if chars > INLINE_PROMPT_CHARS:
+                ids = await asyncio.to_thread(prompt_token_ids, self.tokenizer, messages, tools)
+            else:
+                ids = prompt_token_ids(self.tokenizer, messages, tools)
         except PromptError as error:
             raise EngineError(str(error), param="messages") from error
         if len(ids) < self.context_length:  # prompts that are refused are not kept

@@ -14,6 +14,7 @@ import orjson
 # than context_length * this cannot fit, and is refused without tokenizing it.
 MAX_CHARS_PER_TOKEN = 64
 MAX_KEY_BYTES = 1 << 20  # larger prompts are tokenized each time rather than kept
+INLINE_PROMPT_CHARS = 32_768  # longer prompts are tokenized in a worker thread, off the event loop
 
 
 def prompt_cache_key(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> bytes:
