@@ -8,7 +8,6 @@ import contextlib
 import itertools
 import os
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -18,6 +17,7 @@ from fastapi.responses import Response, StreamingResponse
 from .. import __version__
 from ..engine.base import EngineError
 from ..models.manager import ModelManager, ModelNotFound
+from ..models.resolve import existing_folder
 from ..models.names import NameError_, check_name, split_adapter_name
 from ..provenance import Provenance
 from .auth import require_token
@@ -131,12 +131,8 @@ def _adapter_name(lora_name: str) -> tuple[str, int]:
 @router.post("/v1/load_lora_adapter", summary="Serve a PEFT adapter folder as name@step (vLLM's runtime LoRA API)")
 async def load_lora_adapter(body: LoadAdapterRequest, request: Request) -> dict[str, str]:
     name, step = _adapter_name(body.lora_name)
-    try:
-        path = Path(body.lora_path).expanduser()
-        is_dir = path.is_dir()
-    except (OSError, ValueError, RuntimeError):  # too long, NUL, an unknown ~user
-        is_dir = False
-    if not is_dir:
+    path = existing_folder(body.lora_path)
+    if path is None:
         raise ApiError(400, f"lora_path {body.lora_path[:200]!r} is not a folder on the server", "invalid_value", "lora_path")
     manager = manager_of(request)
     try:

@@ -126,12 +126,15 @@ class ModelManager:
                 await self.add_adapter(name, step, path)
         return self.resolve(model)
 
-    async def add_adapter(self, name: str, step: int, path: Path) -> None:
+    async def add_adapter(self, name: str, step: int, path: Path, checked: bool = True) -> None:
+        """Serves the adapter folder `path` as name@step; `checked=False` skips reading it through
+        first, for a checkpoint this server has just written or loaded into its trainer."""
         engine = self.require_engine()
-        try:
-            await asyncio.to_thread(check_adapter_folder, path)
-        except AdapterFolderError as error:
-            raise EngineError(str(error), code="invalid_adapter", param="lora_path") from None
+        if checked:
+            try:
+                await asyncio.to_thread(check_adapter_folder, path)
+            except AdapterFolderError as error:
+                raise EngineError(str(error), code="invalid_adapter", param="lora_path") from None
         key = adapter_key(name, step)
         if key in self._doomed:  # removed, but its requests still run: still loaded, keep it
             self._doomed.discard(key)

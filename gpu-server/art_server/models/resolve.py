@@ -46,7 +46,7 @@ def locate_base_model(name: str) -> str:
         if name not in builtin_names():
             raise ModelNotFound(f"unknown built-in model {name!r}{did_you_mean(name)}; built-in models: {', '.join(builtin_names())}")
         return "builtin"
-    folder = _folder(name)
+    folder = existing_folder(name)
     if folder is not None:
         if not (folder / "config.json").is_file():
             raise ModelNotFound(f"base model folder {name[:200]!r} holds no config.json: it is not a Hugging Face model folder")
@@ -83,7 +83,7 @@ def resolve_base_model(name: str, data_dir: Path, cache_dir: Path | None = None)
     return ResolvedModel(path, source)
 
 
-def _folder(name: str) -> Path | None:
+def existing_folder(name: str) -> Path | None:
     """`name` as an existing folder, or None (also for names no file system takes: too long, NUL)."""
     try:
         path = Path(name).expanduser()

@@ -115,7 +115,8 @@ class TrainingService:
     async def serve_step(self, model: TrainableModel, step: int) -> float:
         """Loads checkpoint `step` for serving as name@step; returns the seconds it took."""
         started = time.perf_counter()
-        await self.manager.add_adapter(model.name, step, model.paths.checkpoint(step))
+        # The checkpoint was just saved by this step, or just loaded into the trainer when resuming.
+        await self.manager.add_adapter(model.name, step, model.paths.checkpoint(step), checked=False)
         loaded = sorted(self.manager.adapters.get(model.name, {}))
         for old in loaded[:-SERVED_STEPS]:
             await self.manager.remove_adapter(model.name, old)
