@@ -19,7 +19,9 @@ import { historyFrame, type HistoryFrame } from "./history";
 import { notice } from "./notice";
 import { functionOption, httpUrlOption, parseOptions, safeNameOption } from "./options";
 import type { DeleteCheckpointsResult, HistoryRow, RegisteredModel, StepMetrics, TrainEvent, TrainResult } from "./results";
-import { Trajectory, type MessageParam, type ToolParam, type TrajectoryGroup } from "./trajectory";
+import { recordingFetch } from "./recording-fetch";
+import { runRollout } from "./rollout";
+import { Trajectory, type MessageParam, type ToolParam, type TrajectoryGroup, type TrajectoryInit } from "./trajectory";
 import { DeleteCheckpointsWire, HistoryRowWire, ModelInfo } from "./wire";
 
 /** A conversation to learn from with SFT. */
@@ -48,8 +50,23 @@ function readJsonl(file: string): Conversation[] {
 export interface ChatModel {
   /** The model name to send in requests. */
   inferenceName(step?: number): string;
-  /** An OpenAI client for it. */
+  /** An OpenAI client for it (its calls are recorded inside {@link ChatModel.rollout}). */
   openai(): OpenAI;
+  /** The OpenAI-compatible base URL, ending in `/v1`, for frameworks that take one. */
+  readonly baseURL: string;
+  /** The API key (bearer token) for that URL. */
+  readonly apiKey: string;
+  /**
+   * The fetch to give a framework with the base URL: inside `rollout` it records every chat
+   * completion into the rollout's trajectory (on a TrainableModel with token ids and logprobs).
+   */
+  readonly fetch: typeof fetch;
+  /**
+   * Runs agent code in a rollout: every chat completion sent through this model's `fetch` or
+   * `openai()` client while `fn` runs (in its async calls, not in parallel rollouts) is recorded
+   * into a new trajectory, which it resolves with. Set `t.reward` (and metrics) in `fn`.
+   */
+  rollout(fn: (trajectory: Trajectory) => unknown, init?: TrajectoryInit): Promise<Trajectory>;
 }
 
 /** Options of a plain {@link Model}. */
@@ -75,12 +92,19 @@ const ModelOptionsSchema = z.object({
  */
 export class Model implements ChatModel {
   readonly name: string;
+  readonly baseURL: string;
+  readonly apiKey: string;
+  /** Records calls inside {@link Model.rollout} as plain assistant messages (another endpoint returns no token ids). */
+  readonly fetch: typeof fetch;
   private readonly client: OpenAI;
 
   constructor(options: ModelOptions) {
     parseOptions("new Model", ModelOptionsSchema, options);
     this.name = options.name;
-    this.client = new OpenAI({ apiKey: options.apiKey ?? process.env.OPENAI_API_KEY ?? "unset", baseURL: options.baseURL });
+    this.baseURL = (options.baseURL ?? "https://api.openai.com/v1").replace(/\/+$/, "");
+    this.apiKey = options.apiKey ?? process.env.OPENAI_API_KEY ?? "unset";
+    this.fetch = recordingFetch({ owner: this, label: this.name, askForTokens: false });
+    this.client = new OpenAI({ apiKey: this.apiKey, baseURL: this.baseURL, fetch: this.fetch });
   }
 
   /** The baseline configured by environment variables, or null when none is. */
@@ -96,6 +120,10 @@ export class Model implements ChatModel {
 
   openai(): OpenAI {
     return this.client;
+  }
+
+  rollout(fn: (trajectory: Trajectory) => unknown, init?: TrajectoryInit): Promise<Trajectory> {
+    return runRollout(this, fn, init);
   }
 }
 
@@ -174,6 +202,11 @@ export class TrainableModel implements ChatModel {
   readonly project: string;
   readonly baseModel: string;
   readonly lora: LoraConfig | undefined;
+  /**
+   * The fetch for frameworks (with {@link TrainableModel.baseURL}): asks every chat completion for
+   * token ids and logprobs, and records it inside {@link TrainableModel.rollout}.
+   */
+  readonly fetch: typeof fetch;
   private backendRef: Backend | undefined;
   private client: OpenAI | undefined;
   private step = 0;
@@ -186,6 +219,7 @@ export class TrainableModel implements ChatModel {
     this.project = options.project;
     this.baseModel = options.baseModel ?? DEFAULT_BASE_MODEL;
     this.lora = options.lora;
+    this.fetch = recordingFetch({ owner: this, label: this.name, askForTokens: true, base: (input, init) => this.backendFetch(input, init) });
   }
 
   /** The backend it is registered on. */
@@ -217,16 +251,43 @@ export class TrainableModel implements ChatModel {
     return info.step;
   }
 
+  /** The backend's OpenAI-compatible base URL (`<server>/v1`). */
+  get baseURL(): string {
+    return `${this.backend.url}/v1`;
+  }
+
+  /** The backend's bearer token, as the API key frameworks send. */
+  get apiKey(): string {
+    return this.backend.token;
+  }
+
   /**
    * An `openai` client for the backend's OpenAI-compatible endpoint. Every chat completion it
-   * sends asks for logprobs and token ids, so choices can be pushed into trajectories and trained.
+   * sends asks for logprobs and token ids, so choices can be pushed into trajectories and trained;
+   * inside {@link TrainableModel.rollout} they are recorded without pushing.
    */
   openai(): OpenAI {
     if (!this.client) {
-      const backend = this.backend;
-      this.client = new OpenAI({ baseURL: `${backend.url}/v1`, apiKey: backend.token, fetch: trainingFetch(backend), maxRetries: 2 });
+      this.client = new OpenAI({ baseURL: this.baseURL, apiKey: this.apiKey, fetch: this.fetch, maxRetries: 2 });
     }
     return this.client;
+  }
+
+  /**
+   * Runs agent code in a rollout and resolves with its trajectory: every chat completion sent
+   * through {@link TrainableModel.fetch} (any framework given it) or `openai()` while `fn` runs
+   * is recorded in order with its prompt ids, token ids and logprobs, streamed or not, with the
+   * tool calls and tool results between them. Parallel rollouts do not mix.
+   *
+   * ```ts
+   * const t = await model.rollout(async (t) => {
+   *   const { text } = await generateText({ model: provider(model.inferenceName()), tools, prompt, stopWhen: stepCountIs(5) });
+   *   t.reward = text.includes(answer) ? 1 : 0;
+   * });
+   * ```
+   */
+  rollout(fn: (trajectory: Trajectory) => unknown, init?: TrajectoryInit): Promise<Trajectory> {
+    return runRollout(this, fn, init);
   }
 
   /**
@@ -298,6 +359,19 @@ export class TrainableModel implements ChatModel {
     return historyRowFromWire(row);
   }
 
+  /**
+   * The fetch under {@link TrainableModel.fetch}: a backend that can no longer be used (closed,
+   * crashed) answers with its message as an OpenAI-style 410, which clients report as is and do not retry.
+   */
+  private async backendFetch(input: Parameters<typeof fetch>[0], init?: RequestInit): Promise<Response> {
+    const unusable = this.backendRef?.unusable?.();
+    if (unusable) {
+      return new Response(JSON.stringify({ error: { message: `${unusable.name}: ${unusable.message}`, type: "backend_unusable", code: null } }),
+        { status: 410, headers: { "Content-Type": "application/json" } });
+    }
+    return fetch(input, init);
+  }
+
   protected async runStep(kind: "train" | "train_sft", body: unknown, showProgress: boolean,
     onEvent?: (event: TrainEvent) => void): Promise<TrainResult> {
     const bar = showProgress ? new ProgressLine(kind === "train" ? `train ${this.name}` : `sft ${this.name}`) : null;
@@ -344,23 +418,4 @@ function toWireGroups(groups: TrajectoryGroup[], needTokens: boolean) {
   });
 }
 
-/**
- * fetch for the OpenAI client: adds `logprobs` and `return_token_ids` to chat completion requests,
- * and answers for a backend that can no longer be used (closed, crashed) with its message as an
- * OpenAI-style 410, which the client reports as is and does not retry.
- */
-function trainingFetch(backend: Backend): typeof fetch {
-  return async (input, init) => {
-    const unusable = backend.unusable?.();
-    if (unusable) {
-      return new Response(JSON.stringify({ error: { message: `${unusable.name}: ${unusable.message}`, type: "backend_unusable", code: null } }),
-        { status: 410, headers: { "Content-Type": "application/json" } });
-    }
-    const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url;
-    if (init?.body && typeof init.body === "string" && url.endsWith("/chat/completions")) {
-      const body = JSON.parse(init.body) as Record<string, unknown>;
-      init = { ...init, body: JSON.stringify({ ...body, logprobs: true, return_token_ids: true }) };
-    }
-    return fetch(input, init);
-  };
-}
+

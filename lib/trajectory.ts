@@ -26,6 +26,8 @@ export interface SampledChoice {
   readonly logprobs: number[];
   /** The server's provenance tag (which server and base model sampled it), sent back when training. */
   readonly provenance?: string;
+  /** The completion's id: a completion recorded by a rollout and pushed by hand is kept once. */
+  readonly completionId?: string;
 }
 
 /** Either a plain message (context) or a sampled choice (trained). */
@@ -58,6 +60,7 @@ export function sampledChoice(completion: ChatCompletion, index = 0): SampledCho
   return {
     kind: "choice", choice, promptTokenIds: parsed.data.prompt_token_ids, tokenIds: extra.token_ids, logprobs: logprobs as number[],
     ...(extra.art_provenance ? { provenance: extra.art_provenance } : {}),
+    ...(completion.id ? { completionId: completion.id } : {}),
   };
 }
 
@@ -102,11 +105,19 @@ export class Trajectory {
     return this.messagesAndChoices.map((item) => (isSampledChoice(item) ? assistantMessage(item) : item));
   }
 
-  /** Appends a message, or choice `index` of a completion (keeping its token ids and logprobs). */
+  /**
+   * Appends a message, or choice `index` of a completion (keeping its token ids and logprobs). A
+   * choice already in the trajectory (recorded by a rollout) is not added twice.
+   */
   push(item: MessageParam | ChatCompletion, index = 0): this {
     if (!item || typeof item !== "object") throw new BadTrajectoryError(`trajectory.push takes a message or a chat completion (got ${item === null ? "null" : typeof item})`);
-    if ("choices" in item) this.messagesAndChoices.push(sampledChoice(item, index));
-    else this.messagesAndChoices.push(item);
+    if ("choices" in item) {
+      const choice = sampledChoice(item, index);
+      const held = this.choices().some((c) => c.completionId && c.completionId === choice.completionId && c.choice.index === choice.choice.index);
+      if (!held) this.messagesAndChoices.push(choice);
+    } else {
+      this.messagesAndChoices.push(item);
+    }
     return this;
   }
 

@@ -1,0 +1,126 @@
+/**
+ * Rollout contexts: `await model.rollout(async (t) => ...)` runs agent code with a trajectory that
+ * every chat completion sent through the model's {@link recordingFetch} lands in, in order,
+ * whoever sends it (the `openai` client, the AI SDK, the Agents SDK, LangChain). The context lives
+ * in an AsyncLocalStorage, so parallel rollouts each see only their own calls.
+ * @module
+ */
+import { AsyncLocalStorage } from "node:async_hooks";
+import util from "node:util";
+import type OpenAI from "openai";
+import { isSampledChoice, sampledChoice, Trajectory, type MessageOrChoice, type MessageParam, type ToolParam, type TrajectoryInit } from "./trajectory";
+
+type ChatCompletion = OpenAI.Chat.Completions.ChatCompletion;
+
+interface RolloutScope {
+  /** The model whose calls are recorded (calls to another model in the same rollout are not). */
+  readonly owner: object;
+  readonly trajectory: Trajectory;
+}
+
+const storage = new AsyncLocalStorage<RolloutScope>();
+/** `NODE_DEBUG=art` shows what is and is not recorded. */
+export const debugLog = util.debuglog("art");
+/** Where the conversation the next call continues starts, per trajectory (see {@link recordCall}). */
+const segmentStarts = new WeakMap<Trajectory, number>();
+
+/** Runs `fn` with a new trajectory as `owner`'s current rollout; resolves with the trajectory. */
+export async function runRollout(owner: object, fn: (trajectory: Trajectory) => unknown, init?: TrajectoryInit): Promise<Trajectory> {
+  const trajectory = new Trajectory(init);
+  await storage.run({ owner, trajectory }, async () => fn(trajectory));
+  return trajectory;
+}
+
+/** The trajectory of `owner`'s rollout that the calling code runs in, if any. */
+export function currentTrajectory(owner: object): Trajectory | undefined {
+  const scope = storage.getStore();
+  return scope && scope.owner === owner ? scope.trajectory : undefined;
+}
+
+/** What one recorded call sent: the conversation so far and the tools offered. */
+export interface RecordedRequest {
+  messages: MessageParam[];
+  tools?: ToolParam[];
+}
+
+/**
+ * Appends one call to `trajectory`: the request's messages that the trajectory does not hold yet
+ * (the tool results and user turns since the last call), then the sampled choice. When the
+ * request does not continue the trajectory's conversation (a sub-agent, a summariser, a framework
+ * that rewrites history) its messages start a new segment after the previous ones: training takes
+ * each sampled turn with its own prompt ids, so both train correctly. `withTokens` is false for an
+ * endpoint that returns no token ids (a baseline): its turns are kept as plain assistant messages.
+ */
+export function recordCall(trajectory: Trajectory, request: RecordedRequest, completion: ChatCompletion, withTokens: boolean): void {
+  const start = Math.min(segmentStarts.get(trajectory) ?? 0, trajectory.messagesAndChoices.length);
+  const held = trajectory.messagesAndChoices.slice(start).map(messageKey);
+  const sent = request.messages.map(messageKey);
+  const continues = held.length <= sent.length && held.every((key, i) => key === sent[i]);
+  if (!continues) segmentStarts.set(trajectory, trajectory.messagesAndChoices.length);
+  trajectory.messagesAndChoices.push(...request.messages.slice(continues ? held.length : 0));
+  mergeTools(trajectory, request.tools);
+  if (completion.choices.length > 1) trajectory.log(`recorded choice 0 of ${completion.choices.length} (n > 1): rollouts record one choice per call`);
+  const choice = completion.choices[0];
+  if (!choice) return;
+  if (!withTokens) {
+    trajectory.messagesAndChoices.push(plainAssistant(choice.message));
+    return;
+  }
+  try {
+    trajectory.messagesAndChoices.push(sampledChoice(completion, 0));
+  } catch (error) {
+    trajectory.log(`a recorded call has no token ids, kept as a plain message: ${(error as Error).message}`);
+    trajectory.messagesAndChoices.push(plainAssistant(choice.message));
+  }
+}
+
+function plainAssistant(message: ChatCompletion["choices"][number]["message"]): MessageParam {
+  return { role: "assistant", content: message.content ?? null, ...(message.tool_calls?.length ? { tool_calls: message.tool_calls } : {}) } as MessageParam;
+}
+
+function mergeTools(trajectory: Trajectory, tools: ToolParam[] | undefined): void {
+  if (!tools?.length) return;
+  const have = new Set((trajectory.tools ?? []).map(toolName));
+  const added = tools.filter((tool) => !have.has(toolName(tool)));
+  if (added.length) trajectory.tools = [...(trajectory.tools ?? []), ...added];
+}
+
+function toolName(tool: ToolParam): string {
+  return (tool as { function?: { name?: string } }).function?.name ?? JSON.stringify(tool);
+}
+
+/**
+ * A message's identity for "does this request continue the trajectory": role, text and tool calls
+ * (arguments compared as parsed JSON). Frameworks send back an assistant turn with `content: ""`
+ * where the server said null, re-serialise arguments, or split text into parts; none of that makes
+ * it another message.
+ */
+function messageKey(item: MessageOrChoice): string {
+  const m = (isSampledChoice(item) ? { ...item.choice.message, role: "assistant" } : item) as {
+    role: string; content?: unknown; tool_calls?: { function?: { name?: string; arguments?: string } }[];
+  };
+  const calls = (m.tool_calls ?? []).map((call) => [call.function?.name ?? "", canonicalJson(call.function?.arguments ?? "")]);
+  return JSON.stringify([m.role, textOf(m.content).trim(), calls]);
+}
+
+function textOf(content: unknown): string {
+  if (typeof content === "string") return content;
+  if (!Array.isArray(content)) return "";
+  return content.map((part: { type?: string; text?: string }) => (part?.type === "text" ? part.text ?? "" : JSON.stringify(part))).join("");
+}
+
+function canonicalJson(text: string): string {
+  try {
+    return JSON.stringify(sortKeys(JSON.parse(text)));
+  } catch {
+    return text;
+  }
+}
+
+function sortKeys(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(sortKeys);
+  if (value && typeof value === "object") {
+    return Object.fromEntries(Object.keys(value).sort().map((k) => [k, sortKeys((value as Record<string, unknown>)[k])]));
+  }
+  return value;
+}
