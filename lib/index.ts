@@ -28,7 +28,7 @@ export * from "./evaluate";
 export * from "./loop";
 export * from "./connect";
 export * from "./turn";
-export * from "./rollout";
+export { currentTrajectory } from "./rollout";
 export * from "./recording-fetch";
 export * from "./sse-accumulator";
 export * from "./mcp-tools";

@@ -7,7 +7,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { ROOT, VENV_BIN, venvEnv } from "./project.mjs";
 
-const ALL = ["tictactoe", "2048", "codenames", "sft-then-rl"];
+const ALL = ["tictactoe", "2048", "codenames", "sft-then-rl", "bring-your-own-agent"];
 const STRIP_PLOTLY_LIBRARY = `
 import sys, nbformat
 nb = nbformat.read(sys.argv[1], as_version=4)

@@ -120,7 +120,7 @@ def test_kernel_resolves_lib_from_the_project_root() -> None:
     assert str(ROOT) in streams, "the kernel did not start in the project root"
 
 
-COOKBOOK = ["tictactoe.ipynb", "2048.ipynb", "codenames.ipynb", "sft-then-rl.ipynb"]
+COOKBOOK = ["tictactoe.ipynb", "2048.ipynb", "codenames.ipynb", "sft-then-rl.ipynb", "bring-your-own-agent.ipynb"]
 
 
 def plotly_traces(nb: nbformat.NotebookNode) -> list[str]:
@@ -182,6 +182,17 @@ def test_sft_then_rl_draws_both_phases_and_rl_alone_on_one_curve() -> None:
     nb = execute(ROOT / "notebooks" / "sft-then-rl.ipynb")
     traces = plotly_traces(nb)
     assert "SFT then RL val/reward" in traces and "RL alone val/reward" in traces, traces
+
+
+def test_bring_your_own_agent_captures_the_ai_sdk_agent_and_its_mcp_tools() -> None:
+    nb = execute(ROOT / "notebooks" / "bring-your-own-agent.ipynb")
+    streams = "".join(o.get("text", "") for o in outputs_of(nb) if o.get("output_type") == "stream")
+    assert "tools: list_towns, lookup_town" in streams, streams[:2000]
+    views = [o["data"]["text/html"] for o in outputs_of(nb) if 'class="art-trajectory"' in o.get("data", {}).get("text/html", "")]
+    assert len(views) == 2 and all('class="art-token"' in v for v in views), "the captured base and trained rollouts as transcripts"
+    code = "".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "model.rollout" in code or "chat.rollout" in code, "the notebook captures through a rollout"
+    assert ".push(" not in code, "the agent's calls are captured, never pushed"
 
 
 def test_codenames_checks_clues_against_the_shipped_fallback_dictionary_when_told_to() -> None:

@@ -73,6 +73,30 @@ describe("agent frameworks captured by model.rollout", () => {
     });
   });
 
+  it("the Vercel AI SDK: streamText is captured with the same tokens as generateText", async () => {
+    const { generateText, streamText } = await import("ai");
+    const { createOpenAICompatible } = await import("@ai-sdk/openai-compatible");
+    const model = new TrainableModel({ name: "ai-sdk-stream", project: "frameworks", baseModel: "builtin:tiny" });
+    await model.register(backend);
+    const provider = createOpenAICompatible({ name: "art", baseURL: model.baseURL, apiKey: model.apiKey, fetch: model.fetch });
+    const settings = { model: provider(model.inferenceName()), prompt: QUESTION, temperature: 0, maxOutputTokens: 12 };
+    const generated = await model.rollout(async () => {
+      await generateText(settings);
+    });
+    let streamedText = "";
+    const streamed = await model.rollout(async () => {
+      const result = streamText(settings);
+      for await (const piece of result.textStream) streamedText += piece;
+    });
+    const [a] = generated.choices();
+    const [b] = streamed.choices();
+    assert.ok(a && b && a.tokenIds.length > 0);
+    assert.deepEqual(b.tokenIds, a.tokenIds);
+    assert.deepEqual(b.promptTokenIds, a.promptTokenIds);
+    assert.equal(b.logprobs.length, b.tokenIds.length);
+    assert.equal(b.choice.message.content, streamedText);
+  });
+
   it("the OpenAI Agents SDK: an Agent on its chat-completions model, tracing off", async () => {
     const { Agent, OpenAIChatCompletionsModel, run, setTracingDisabled, tool } = await import("@openai/agents");
     const { default: OpenAI } = await import("openai");

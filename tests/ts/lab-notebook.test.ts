@@ -9,7 +9,7 @@ import { after, before, describe, it } from "node:test";
 import { type Browser, chromium, type Page } from "playwright-core";
 import { ARTIFACTS, launchChromium, ROOT, type RunningLab, startLab } from "./helpers";
 
-const COOKBOOK = ["tictactoe.ipynb", "2048.ipynb", "codenames.ipynb", "sft-then-rl.ipynb"];
+const COOKBOOK = ["tictactoe.ipynb", "2048.ipynb", "codenames.ipynb", "sft-then-rl.ipynb", "bring-your-own-agent.ipynb"];
 const STEPS = 4; // tictactoe's training steps in this test (ART_STEPS), beside ART_SMOKE's small groups
 const SHOTS = path.join(ARTIFACTS, "screenshots");
 
@@ -109,6 +109,7 @@ describe("the cookbook in JupyterLab", () => {
     fs.mkdirSync(path.join(root, "saved"), { recursive: true });
     fs.mkdirSync(SHOTS, { recursive: true });
     fs.copyFileSync(path.join(ROOT, "notebooks", "tictactoe.ipynb"), path.join(root, "tictactoe.ipynb"));
+    fs.copyFileSync(path.join(ROOT, "notebooks", "bring-your-own-agent.ipynb"), path.join(root, "bring-your-own-agent.ipynb"));
     for (const name of COOKBOOK) fs.copyFileSync(path.join(ROOT, "notebooks", name), path.join(root, "saved", name));
     lab = await startLab(["--port", "0", "--token", "lab-test", "--root", root], { ART_SMOKE: "1", ART_STEPS: String(STEPS) });
     browser = await launchChromium(chromium);
@@ -191,6 +192,35 @@ describe("the cookbook in JupyterLab", () => {
       await page.screenshot({ path: path.join(SHOTS, "lab-tictactoe.png") });
       await page.close();
     });
+
+  it("bring-your-own-agent: Run All trains the AI SDK agent with MCP tools, captured, with a live chart", { timeout: 600_000 }, async () => {
+    const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+    await page.goto(`${lab.url}/lab/tree/bring-your-own-agent.ipynb?reset&token=${lab.token}`);
+    await waitForKernelIdle(page);
+    await page.locator(".lm-MenuBar-itemLabel", { hasText: /^Run$/ }).click();
+    await page.locator(".lm-Menu-itemLabel", { hasText: /^Run All Cells$/ }).click();
+    const codeCells = await page.locator(".jp-CodeCell").count();
+    for (const deadline = Date.now() + 540_000; ;) {
+      const texts = await prompts(page);
+      if (texts.length === codeCells && texts.every((t) => /\[\d+\]/.test(t))) break;
+      assert.ok(Date.now() < deadline, `cells still running after 540 s: ${texts.join(" ")}`);
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    assert.deepEqual(await errorOutputs(page), [], "a cell wrote an error");
+    // The MCP server's tools, listed by the tools cell.
+    assert.match(await codeCell(page, "McpTools.stdio").locator(".jp-OutputArea").innerText(), /tools: list_towns, lookup_town/);
+    // A captured rollout of the AI SDK agent, drawn as a transcript with its sampled tokens.
+    const captured = codeCell(page, "const baseline = await evaluate").locator(".art-trajectory");
+    assert.match(await captured.first().innerText(), /captured \(\d+ model call\(s\), \d+ sampled tokens\)/);
+    assert.ok(await captured.locator(".art-token").count() > 0, "the captured turn shows no tokens");
+    const [chart] = await chartsOfCell(page, "const run = await trainLoop");
+    assert.equal(points(chart, "train", "reward"), 1, "one train point for the smoke run's one RL step");
+    assert.ok(points(chart, "val", "reward") >= 1, "the evaluation questions as val");
+    const table = await codeCell(page, "const final = await evaluate").locator(".art-table").first().innerText();
+    for (const row of ["base model", "after SFT", "after RL"]) assert.ok(table.includes(row), `the comparison lacks "${row}": ${table}`);
+    await page.screenshot({ path: path.join(SHOTS, "lab-bring-your-own-agent.png"), fullPage: false });
+    await page.close();
+  });
 
   it("every cookbook notebook opens and saves in Lab without a change to its file", { timeout: 300_000 }, async () => {
     for (const name of COOKBOOK) {
