@@ -85,6 +85,14 @@ function cleanHeaders(headers: Headers): Headers {
   return copy;
 }
 
+function pathOf(url: string): string {
+  try {
+    return new URL(url).pathname;
+  } catch {
+    return url.split(/[?#]/)[0] ?? ""; // not an absolute URL: the fetch underneath will say so
+  }
+}
+
 interface ChatCall {
   url: string;
   init: RequestInit;
@@ -95,7 +103,7 @@ interface ChatCall {
 async function readChatCall(input: Parameters<typeof fetch>[0], init: RequestInit | undefined): Promise<ChatCall | null> {
   const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url;
   const method = (init?.method ?? (input instanceof Request ? input.method : "GET")).toUpperCase();
-  if (method !== "POST" || !new URL(url).pathname.endsWith("/chat/completions")) return null;
+  if (method !== "POST" || !pathOf(url).endsWith("/chat/completions")) return null;
   let text: string;
   let rest: RequestInit;
   if (init?.body !== undefined && init.body !== null) {

@@ -207,18 +207,23 @@ describe("the cookbook in JupyterLab", () => {
       await new Promise((r) => setTimeout(r, 500));
     }
     assert.deepEqual(await errorOutputs(page), [], "a cell wrote an error");
+    // textContent, not innerText: Lab skips rendering cells outside the viewport (content-visibility), and innerText of those is "".
     // The MCP server's tools, listed by the tools cell.
-    assert.match(await codeCell(page, "McpTools.stdio").locator(".jp-OutputArea").innerText(), /tools: list_towns, lookup_town/);
+    assert.match(await codeCell(page, "McpTools.stdio").locator(".jp-OutputArea").first().textContent() ?? "", /tools: list_towns, lookup_town/);
     // A captured rollout of the AI SDK agent, drawn as a transcript with its sampled tokens.
     const captured = codeCell(page, "const baseline = await evaluate").locator(".art-trajectory");
-    assert.match(await captured.first().innerText(), /captured \(\d+ model call\(s\), \d+ sampled tokens\)/);
+    assert.match(await captured.first().textContent() ?? "", /captured \(\d+ model call\(s\), \d+ sampled tokens\)/);
     assert.ok(await captured.locator(".art-token").count() > 0, "the captured turn shows no tokens");
     const [chart] = await chartsOfCell(page, "const run = await trainLoop");
     assert.equal(points(chart, "train", "reward"), 1, "one train point for the smoke run's one RL step");
     assert.ok(points(chart, "val", "reward") >= 1, "the evaluation questions as val");
-    const table = await codeCell(page, "const final = await evaluate").locator(".art-table").first().innerText();
+    const table = await codeCell(page, "const final = await evaluate").locator(".art-table").first().textContent() ?? "";
     for (const row of ["base model", "after SFT", "after RL"]) assert.ok(table.includes(row), `the comparison lacks "${row}": ${table}`);
-    await page.screenshot({ path: path.join(SHOTS, "lab-bring-your-own-agent.png"), fullPage: false });
+    await captured.first().scrollIntoViewIfNeeded();
+    await captured.first().screenshot({ path: path.join(SHOTS, "lab-bring-your-own-agent-captured.png") });
+    const chartElement = codeCell(page, "const run = await trainLoop").locator(".js-plotly-plot").first();
+    await chartElement.scrollIntoViewIfNeeded();
+    await chartElement.screenshot({ path: path.join(SHOTS, "lab-bring-your-own-agent-chart.png") });
     await page.close();
   });
 
