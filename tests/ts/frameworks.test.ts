@@ -97,6 +97,43 @@ describe("agent frameworks captured by model.rollout", () => {
     assert.equal(b.choice.message.content, streamedText);
   });
 
+  it("the Agents SDK and LangChain: a streamed call is captured with the same tokens as a plain one", async () => {
+    const { Agent, OpenAIChatCompletionsModel, run, setTracingDisabled } = await import("@openai/agents");
+    const { ChatOpenAI } = await import("@langchain/openai");
+    const { default: OpenAI } = await import("openai");
+    setTracingDisabled(true);
+    const model = new TrainableModel({ name: "streams", project: "frameworks", baseModel: "builtin:tiny" });
+    await model.register(backend);
+    const tokensOf = async (fn: () => Promise<unknown>) => {
+      const t = await model.rollout(fn);
+      assert.equal(t.choices().length, 1, JSON.stringify(t.messages()));
+      const [choice] = t.choices();
+      assert.equal(choice!.logprobs.length, choice!.tokenIds.length);
+      return { ids: choice!.tokenIds, prompt: choice!.promptTokenIds, text: choice!.choice.message.content };
+    };
+
+    const client = new OpenAI({ baseURL: model.baseURL, apiKey: model.apiKey, fetch: model.fetch });
+    const agent = new Agent({
+      name: "plain", instructions: INSTRUCTIONS, modelSettings: { temperature: 0, maxTokens: 10 },
+      model: new OpenAIChatCompletionsModel(client as never, model.inferenceName()),
+    });
+    const plainAgent = await tokensOf(() => run(agent, QUESTION));
+    const streamedAgent = await tokensOf(async () => {
+      const result = await run(agent, QUESTION, { stream: true });
+      await result.completed;
+    });
+    assert.deepEqual(streamedAgent, plainAgent);
+
+    const llm = new ChatOpenAI({ model: model.inferenceName(), apiKey: model.apiKey, temperature: 0, maxTokens: 10, configuration: { baseURL: model.baseURL, fetch: model.fetch } });
+    const plainChain = await tokensOf(() => llm.invoke(QUESTION));
+    let streamedText = "";
+    const streamedChain = await tokensOf(async () => {
+      for await (const chunk of await llm.stream(QUESTION)) streamedText += String(chunk.content);
+    });
+    assert.deepEqual(streamedChain, plainChain);
+    assert.equal(streamedText, plainChain.text);
+  });
+
   it("the OpenAI Agents SDK: an Agent on its chat-completions model, tracing off", async () => {
     const { Agent, OpenAIChatCompletionsModel, run, setTracingDisabled, tool } = await import("@openai/agents");
     const { default: OpenAI } = await import("openai");
