@@ -417,5 +417,3 @@ function toWireGroups(groups: TrajectoryGroup[], needTokens: boolean) {
     });
   });
 }
-
-

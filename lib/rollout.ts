@@ -8,7 +8,7 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import util from "node:util";
 import type OpenAI from "openai";
-import { isSampledChoice, sampledChoice, Trajectory, type MessageOrChoice, type MessageParam, type ToolParam, type TrajectoryInit } from "./trajectory";
+import { assistantMessageOf, isSampledChoice, sampledChoice, Trajectory, type MessageOrChoice, type MessageParam, type ToolParam, type TrajectoryInit } from "./trajectory";
 
 type ChatCompletion = OpenAI.Chat.Completions.ChatCompletion;
 
@@ -63,19 +63,15 @@ export function recordCall(trajectory: Trajectory, request: RecordedRequest, com
   const choice = completion.choices[0];
   if (!choice) return;
   if (!withTokens) {
-    trajectory.messagesAndChoices.push(plainAssistant(choice.message));
+    trajectory.messagesAndChoices.push(assistantMessageOf(choice.message));
     return;
   }
   try {
     trajectory.messagesAndChoices.push(sampledChoice(completion, 0));
   } catch (error) {
     trajectory.log(`a recorded call has no token ids, kept as a plain message: ${(error as Error).message}`);
-    trajectory.messagesAndChoices.push(plainAssistant(choice.message));
+    trajectory.messagesAndChoices.push(assistantMessageOf(choice.message));
   }
-}
-
-function plainAssistant(message: ChatCompletion["choices"][number]["message"]): MessageParam {
-  return { role: "assistant", content: message.content ?? null, ...(message.tool_calls?.length ? { tool_calls: message.tool_calls } : {}) } as MessageParam;
 }
 
 function mergeTools(trajectory: Trajectory, tools: ToolParam[] | undefined): void {
@@ -96,7 +92,7 @@ function toolName(tool: ToolParam): string {
  * it another message.
  */
 function messageKey(item: MessageOrChoice): string {
-  const m = (isSampledChoice(item) ? { ...item.choice.message, role: "assistant" } : item) as {
+  const m = (isSampledChoice(item) ? assistantMessageOf(item.choice.message) : item) as {
     role: string; content?: unknown; tool_calls?: { function?: { name?: string; arguments?: string } }[];
   };
   const calls = (m.tool_calls ?? []).map((call) => [call.function?.name ?? "", canonicalJson(call.function?.arguments ?? "")]);

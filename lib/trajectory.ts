@@ -160,7 +160,11 @@ export class Trajectory {
 }
 
 function assistantMessage(item: SampledChoice): MessageParam {
-  const m = item.choice.message;
+  return assistantMessageOf(item.choice.message);
+}
+
+/** A completion's message as the assistant message of the next request: content and tool calls, nothing else. */
+export function assistantMessageOf(m: ChatCompletion["choices"][number]["message"]): MessageParam {
   return {
     role: "assistant",
     content: m.content ?? null,
