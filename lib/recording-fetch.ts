@@ -27,11 +27,15 @@ export interface RecordingFetchOptions {
 export function recordingFetch(options: RecordingFetchOptions): typeof fetch {
   const base = options.base ?? ((input, init) => fetch(input, init));
   return async (input, init) => {
-    const call = await readChatCall(input, init);
-    if (!call) return base(input, init);
-    if (options.askForTokens) call.body = { ...call.body, logprobs: true, return_token_ids: true };
+    const url = chatCompletionsUrl(input, init);
+    if (url === null) return base(input, init);
     const trajectory = currentTrajectory(options.owner);
     if (!trajectory) debugLog("%s: a chat completion outside any rollout of this model: not recorded", options.label);
+    // Nothing to add to the request and nothing to record: its body is left unread.
+    if (!trajectory && !options.askForTokens) return base(input, init);
+    const call = await readChatCall(url, input, init);
+    if (!call) return base(input, init);
+    if (options.askForTokens) call.body = { ...call.body, logprobs: true, return_token_ids: true };
     const response = await base(call.url, { ...call.init, body: JSON.stringify(call.body) });
     if (!trajectory) return response;
     if (!response.ok || !response.body) {
@@ -99,11 +103,15 @@ interface ChatCall {
   body: Record<string, unknown>;
 }
 
-/** A POST to `.../chat/completions` with a JSON body, read from either form of fetch's arguments; else null. */
-async function readChatCall(input: Parameters<typeof fetch>[0], init: RequestInit | undefined): Promise<ChatCall | null> {
+/** The URL of a POST to `.../chat/completions`, from either form of fetch's arguments; else null. */
+function chatCompletionsUrl(input: Parameters<typeof fetch>[0], init: RequestInit | undefined): string | null {
   const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url;
   const method = (init?.method ?? (input instanceof Request ? input.method : "GET")).toUpperCase();
-  if (method !== "POST" || !pathOf(url).endsWith("/chat/completions")) return null;
+  return method === "POST" && pathOf(url).endsWith("/chat/completions") ? url : null;
+}
+
+/** The JSON body of a chat-completions call to `url`, read from either form of fetch's arguments; else null. */
+async function readChatCall(url: string, input: Parameters<typeof fetch>[0], init: RequestInit | undefined): Promise<ChatCall | null> {
   let text: string;
   let rest: RequestInit;
   if (init?.body !== undefined && init.body !== null) {
