@@ -54,8 +54,7 @@ export interface RecordedRequest {
 export function recordCall(trajectory: Trajectory, request: RecordedRequest, completion: ChatCompletion, withTokens: boolean): void {
   const start = Math.min(segmentStarts.get(trajectory) ?? 0, trajectory.messagesAndChoices.length);
   const held = trajectory.messagesAndChoices.slice(start).map(messageKey);
-  const sent = request.messages.map(messageKey);
-  const continues = held.length <= sent.length && held.every((key, i) => key === sent[i]);
+  const continues = held.length <= request.messages.length && held.every((key, i) => key === messageKey(request.messages[i]!));
   if (!continues) segmentStarts.set(trajectory, trajectory.messagesAndChoices.length);
   trajectory.messagesAndChoices.push(...request.messages.slice(continues ? held.length : 0));
   mergeTools(trajectory, request.tools);
