@@ -21,6 +21,7 @@ from . import __version__
 from .allocator import keep_freed_memory
 from .config import CONFIG_ERROR_PREFIX, CONFIG_EXIT_CODE, ServerConfig, parse_args
 from .preflight import ConfigError, check_config
+from .store.atomic import sweep_abandoned_builds
 
 
 def configure_logging(level: str) -> dict:
@@ -89,13 +90,23 @@ def bind(host: str, port: int) -> socket.socket:
 async def serve(config: ServerConfig, log_config: dict) -> None:
     import uvicorn
 
-    from .api.app import create_asgi
+    from .api.app import create_app, create_asgi
+    from .api.connection import ConnectionLimits, bounded_protocol
 
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame) -> None:
+            # Steps stop at the signal (each rolls back at its next micro-batch, or completes if it
+            # is past its commit) rather than after uvicorn's wait for open connections.
+            app.state.manager.training.cancel_all()
+            super().handle_exit(sig, frame)
+
+    app = create_app(config)
     sock = bind(config.host, config.port)
     port = sock.getsockname()[1]
-    uv = uvicorn.Config(create_asgi(config), log_config=log_config, log_level=config.log_level, timeout_keep_alive=30,
-                        backlog=2048, timeout_graceful_shutdown=5)
-    server = uvicorn.Server(uv)
+    limits = ConnectionLimits(config.max_header_bytes, config.max_headers, config.header_timeout_s, config.body_timeout_s)
+    uv = uvicorn.Config(create_asgi(app), http=bounded_protocol(limits), log_config=log_config, log_level=config.log_level,
+                        timeout_keep_alive=30, backlog=2048, timeout_graceful_shutdown=5)
+    server = Server(uv)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
         if task.done():
@@ -124,7 +135,7 @@ async def stop_when_gone(pid: int, server) -> None:
             os.kill(pid, 0)
         except ProcessLookupError:
             logging.getLogger(__name__).info("parent process %d is gone: stopping", pid)
-            server.should_exit = True
+            server.handle_exit(signal.SIGTERM, None)
             return
         except PermissionError:
             pass  # exists, owned by someone else
@@ -144,6 +155,10 @@ def main(argv: list[str] | None = None) -> None:
     except DataDirBusy as error:
         print(f"art-server: {error}", file=sys.stderr)
         sys.exit(3)
+    # Under the lock nothing else builds in the data dir: what a killed start left half-built goes.
+    removed = sweep_abandoned_builds(config.data_dir / "builtin", owned=True)
+    if removed:
+        logging.getLogger(__name__).warning("removed unfinished built-in model folders %s", removed)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         asyncio.run(serve(config, log_config))

@@ -39,6 +39,11 @@ class ServerConfig:
     device: str = "auto"  # auto | cpu | cuda
     dtype: str = "auto"
     max_body_bytes: int = 32 * 1024 * 1024
+    # The request head and the pace of a request (api/connection.py): what one client may hold.
+    max_header_bytes: int = 64 * 1024
+    max_headers: int = 100
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
     max_batch_size: int = 256
     max_n: int = 256
     log_level: str = "info"
@@ -93,6 +98,14 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                         "float32 (ART_DTYPE); or float32, bfloat16, float16")
     p.add_argument("--max-body-bytes", type=int, default=int(_env("MAX_BODY_BYTES", str(d.max_body_bytes))),
                    help="requests with a larger body get 413 (ART_MAX_BODY_BYTES)")
+    p.add_argument("--max-header-bytes", type=int, default=int(_env("MAX_HEADER_BYTES", str(d.max_header_bytes))),
+                   help="request line and headers over this many bytes get 431 (ART_MAX_HEADER_BYTES)")
+    p.add_argument("--max-headers", type=int, default=int(_env("MAX_HEADERS", str(d.max_headers))),
+                   help="requests with more headers get 431 (ART_MAX_HEADERS)")
+    p.add_argument("--header-timeout", type=float, default=float(_env("HEADER_TIMEOUT", str(d.header_timeout_s))),
+                   help="seconds a client has to send a request's headers; then 408 and the connection closes (ART_HEADER_TIMEOUT)")
+    p.add_argument("--body-timeout", type=float, default=float(_env("BODY_TIMEOUT", str(d.body_timeout_s))),
+                   help="longest pause while a request body arrives; then 408 and the connection closes (ART_BODY_TIMEOUT)")
     p.add_argument("--max-batch-size", type=int, default=int(_env("MAX_BATCH_SIZE", str(d.max_batch_size))),
                    help="hf engine: most sequences decoded together")
     p.add_argument("--max-n", type=int, default=int(_env("MAX_N", str(d.max_n))), help="largest n per request")
@@ -120,6 +133,8 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         host=a.host, port=a.port, token=a.token, data_dir=Path(a.data_dir).resolve(), base_model=a.base_model,
         model_cache=Path(a.model_cache).expanduser().resolve() if a.model_cache else None,
         engine=a.engine, device=a.device, dtype=a.dtype, max_body_bytes=a.max_body_bytes,
+        max_header_bytes=a.max_header_bytes, max_headers=a.max_headers, header_timeout_s=a.header_timeout,
+        body_timeout_s=a.body_timeout,
         max_batch_size=a.max_batch_size, max_n=a.max_n, log_level=a.log_level, parent_pid=a.parent_pid, docs=a.docs,
         vllm_command=a.vllm_command,
         vllm_args=a.vllm_args, vllm_gpu_memory_utilization=a.vllm_gpu_memory_utilization,

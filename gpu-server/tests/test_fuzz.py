@@ -1,8 +1,10 @@
 """A property-based fuzz suite over every route of the real server: hypothesis takes a valid request
 of each route and breaks it (a field replaced by any JSON value: huge or negative integers, NaN and
-infinities, long or odd strings, nested objects; a field removed; an unknown field added; the body
-not JSON at all) and asserts that the server answers every one with a status below 500 (a
-training stream's error line included), within 60 s, and still serves afterwards.
+infinities, numbers too small for float32, long or odd strings, names ending in a newline, reserved
+names, objects nested hundreds deep; a field removed; an unknown field added; the body not JSON at
+all) and asserts that the server answers every one with a status below 500 (a training stream's
+error line included), within 60 s, that every chat completion it answers carries finite logprobs,
+and that it still serves afterwards.
 
 Examples per route: ART_FUZZ_EXAMPLES (default 60; derandomized, so a run repeats). The named
 regressions of issue 14 are in test_reliability.py."""
@@ -10,6 +12,7 @@ regressions of issue 14 are in test_reliability.py."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import Any
 
@@ -29,15 +32,27 @@ FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database
 # Values that broke servers before: numbers past 64 bits, float extremes, ids past a vocabulary,
 # step suffixes that are not ASCII digits, paths; drawn as often as arbitrary values.
 nasty_numbers = st.sampled_from([0, -1, 1, 2**31, 2**63, 2**64, 2**70, -(2**70), 10**9, 49152, 10**30, 1e308, -1e308,
-                                 float("inf"), float("-inf"), float("nan"), 5e-324, 1e6 + 1])
+                                 float("inf"), float("-inf"), float("nan"), 5e-324, 1e6 + 1, 1e-38, 1e-45, 1e-300, 5e-6])
 nasty_strings = st.sampled_from(["", "²", "@", "x@1", "../../etc", "/", "/etc", "~", "a" * 5000, "\u0000", "fuzz@0",
-                                 "fuzz@²", "fuzz@" + "9" * 5000, "fuzz@-1", "fuzz@1e3", "builtin:tiny@0", "nonexistent"])
+                                 "fuzz@²", "fuzz@" + "9" * 5000, "fuzz@-1", "fuzz@1e3", "builtin:tiny@0", "nonexistent",
+                                 "fuzz\n", "fuzz2\n", "val\n", "fuzz@0\n", "server.json", "server-identity.json", "builtin"])
+
+
+def nested(levels: int) -> dict:
+    value: Any = 1
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+deep_values = st.integers(min_value=60, max_value=320).map(nested)
 scalars = st.one_of(
     nasty_numbers, nasty_strings, st.none(), st.booleans(),
     st.integers(min_value=-(2**70), max_value=2**70), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=40),
 )
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                       st.dictionaries(st.text(max_size=12), inner, max_size=4)), max_leaves=12)
+values = st.one_of(st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                                   st.dictionaries(st.text(max_size=12), inner, max_size=4)),
+                                max_leaves=12), deep_values)
 
 
 def paths(value: Any, prefix: tuple = ()) -> list[tuple]:
@@ -133,6 +148,10 @@ def send(server: ServerProcess, method: str, path: str, body: bytes | None) -> l
                         statuses.append(json.loads(line).get("status", 500))
             else:
                 r.read()
+                if r.status_code == 200 and path.endswith("/chat/completions") and "json" in r.headers.get("content-type", ""):
+                    for choice in r.json()["choices"]:
+                        logprobs = [e["logprob"] for e in (choice.get("logprobs") or {}).get("content") or []]
+                        assert all(isinstance(x, float) and math.isfinite(x) for x in logprobs), f"garbage sampled: {choice}"
     return statuses
 
 
@@ -143,7 +162,8 @@ def check(server: ServerProcess, method: str, path: str, body: bytes | None) -> 
 
 def routes(group: list[dict]) -> dict[str, tuple[str, str, Any]]:
     return {
-        "chat": ("POST", "/v1/chat/completions", {"model": "fuzz", "messages": PROMPT, "max_tokens": 4, "seed": 1}),
+        "chat": ("POST", "/v1/chat/completions", {"model": "fuzz", "messages": PROMPT, "max_tokens": 4, "seed": 1,
+                                                   "temperature": 1.0, "top_p": 1.0, "logprobs": True}),
         "register": ("POST", "/v1/art/models/register", {"name": "fuzz2", "project": "fuzz", "base_model": "builtin:tiny",
                                                          "lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj"]}}),
         "train": ("POST", "/v1/art/models/fuzz/train", {"groups": [group], "config": {"learning_rate": 1e-4},

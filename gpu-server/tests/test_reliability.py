@@ -2,101 +2,31 @@
 against the real server process. A training step is a transaction (a failed or refused step
 leaves the adapter and its optimizer bit for bit as a clean run has them), bad input is a 4xx,
 requests cannot stall the server, concurrent use gives no 500, and a step's history survives a
-crash right after its checkpoint. Every case also appends a row to
-`.artifacts/reliability.jsonl` (case, statuses seen, hang, corrupted): `scripts/reliability-table.py`
-prints them as the probe table."""
+crash right after its checkpoint. Every case also appends a row to the probe table (probe.py).
+The second round (issue 21) is in test_durability.py, test_untrusted_clients.py and
+test_input_bounds.py."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import json
-import math
-import os
-import signal
 import subprocess
-import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from safetensors.torch import load_file
 
 from conftest import ServerProcess, start_server
-from rl import choice_item, sample, step
-
-REPORT = Path(os.environ.get("ART_RELIABILITY_REPORT", Path(__file__).resolve().parents[2] / ".artifacts" / "reliability.jsonl"))
-PROMPT = [{"role": "user", "content": "Name an empty cell."}]
-
-
-TIMEOUT, RESET = -1, 0  # statuses of a request that got no answer in time, or whose connection the server dropped
-
-
-def report(case: str, statuses: list[int], hang: bool = False, corrupted: bool = False, injected: bool = False,
-           wrong: str = "") -> None:
-    """One row of the probe table. A server fault injected by the test (ART_FAULT) is answered with
-    a 5xx on purpose: those are not counted as 5xx for bad input. A dropped connection counts as a 5xx.
-    `corrupted`: weights or a step lost or damaged; `wrong`: anything else not as required, said in words."""
-    REPORT.parent.mkdir(parents=True, exist_ok=True)
-    with REPORT.open("a") as out:
-        out.write(json.dumps({"case": case, "statuses": statuses,
-                              "fivexx": 0 if injected else sum(s >= 500 or s == RESET for s in statuses),
-                              "hang": hang or TIMEOUT in statuses, "corrupted": corrupted, "injected": injected,
-                              "wrong": wrong}) + "\n")
-
-
-def attempt(request: Any) -> Any:
-    """`request()`, or TIMEOUT / RESET when it got no answer (so a case is reported before it is asserted)."""
-    try:
-        return request()
-    except httpx.TimeoutException:
-        return TIMEOUT
-    except httpx.TransportError:
-        return RESET
-
-
-def status_of(response: Any) -> int:
-    return response if isinstance(response, int) else response.status_code
-
+from probe import (PROMPT, TIMEOUT, attempt, finite, group_of, health_latencies, register, report, same, status_of,
+                   train_status, weights_of)
+from rl import sample
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory) -> ServerProcess:
     s = start_server(tmp_path_factory.mktemp("reliable"), "--base-model", "builtin:tiny")
     yield s
     s.stop()
-
-
-def register(c: httpx.Client, name: str, project: str = "reliable", **extra: Any) -> httpx.Response:
-    return c.post("/v1/art/models/register", json={"name": name, "project": project, "base_model": "builtin:tiny", **extra})
-
-
-def group_of(c: httpx.Client, model: str, rewards: list[float], seed: int = 0) -> list[dict]:
-    r = sample(c, model, PROMPT, len(rewards), 6, seed=seed)
-    return [{"messages_and_choices": [*PROMPT, choice_item(r, ch)], "reward": reward} for ch, reward in zip(r["choices"], rewards)]
-
-
-def train_status(c: httpx.Client, name: str, groups: Any, config: dict | None = None, raw: bytes | None = None) -> tuple[int, list[dict]]:
-    """The HTTP status and NDJSON lines of a train request (an error line's status when the stream failed)."""
-    body = raw if raw is not None else json.dumps({"groups": groups, "config": config or {}}).encode()
-    with c.stream("POST", f"/v1/art/models/{name}/train", content=body, headers={"Content-Type": "application/json"}) as r:
-        if r.status_code != 200:
-            r.read()
-            return r.status_code, [r.json()]
-        lines = [json.loads(x) for x in r.iter_lines() if x.strip()]
-    return (lines[-1].get("status", 500) if lines[-1]["type"] == "error" else 200), lines
-
-
-def weights_of(server: ServerProcess, project: str, name: str, step_: int) -> dict:
-    return load_file(str(server.data_dir / project / "models" / name / "checkpoints" / f"{step_:04d}" / "adapter_model.safetensors"))
-
-
-def finite(weights: dict) -> bool:
-    return all(bool(v.isfinite().all()) for v in weights.values())
-
-
-def same(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(bool((a[k] == b[k]).all()) for k in a)
 
 
 # -- weights are never corrupted -----------------------------------------------------------------
@@ -256,52 +186,15 @@ def _leave_a_long_step(srv: ServerProcess) -> None:
     assert status == 200 and latency < 2 and not changed
 
 
-def test_sigterm_stops_a_long_step_and_exits_within_seconds(tmp_path_factory):
-    s = start_server(tmp_path_factory.mktemp("sigterm"), "--base-model", "builtin:tiny")
-    conversation = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello there"}]}
-    with s.client() as c:
-        assert register(c, "long").status_code == 200
-        body = {"conversations": [conversation] * 8, "config": {"epochs": 1000, "batch_size": 1}}
-        with c.stream("POST", "/v1/art/models/long/train_sft", json=body) as r:
-            for line in r.iter_lines():
-                if '"progress"' in line:
-                    break
-            started = time.perf_counter()
-            s.process.send_signal(signal.SIGTERM)
-            try:
-                s.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                s.process.kill()
-    seconds = time.perf_counter() - started
-    print(f"SIGTERM during a long step: the server exited after {seconds:.1f} s")
-    report("SIGTERM during a long step", [200], hang=seconds > 15)
-    assert seconds < 15, f"the server took {seconds:.1f} s to exit"
-
-
 def test_a_huge_prompt_is_refused_fast_without_stalling_other_requests_or_the_cache(srv):
     huge = "word " * 2_000_000  # 10 MB
-    timings: list[float] = []
-    done = threading.Event()
-
-    def poll_health() -> None:
-        with httpx.Client(base_url=srv.url, timeout=30) as h:
-            while not done.is_set():
-                t = time.perf_counter()
-                h.get("/health")
-                timings.append(time.perf_counter() - t)
-                time.sleep(0.05)
-
-    poller = threading.Thread(target=poll_health)
-    poller.start()
     statuses = []
-    with srv.client(timeout=60) as c:
+    with health_latencies(srv.url) as timings, srv.client(timeout=60) as c:
         cache_before = c.get("/v1/engine/stats").json().get("prompt_cache", {}).get("bytes")
         for size in (4_000_000, 4_000_000, 4_000_000, len(huge)):
             statuses.append(status_of(attempt(lambda: c.post("/v1/chat/completions", json={
                 "model": "builtin:tiny", "messages": [{"role": "user", "content": huge[:size]}]}))))
         cache_after = c.get("/v1/engine/stats").json().get("prompt_cache", {}).get("bytes")
-    done.set()
-    poller.join()
     worst = max(timings) if timings else 0.0
     report("10 MB prompt, /health meanwhile; rejected prompts cached", statuses, hang=worst > 1.0,
            wrong="" if cache_after is not None and cache_after <= cache_before else "refused prompts kept in the cache")
@@ -433,6 +326,8 @@ def test_docs_are_off_by_default_and_short_tokens_are_refused_off_loopback(srv, 
 
     with httpx.Client(base_url=srv.url) as c:
         docs = [c.get(p).status_code for p in ("/docs", "/redoc", "/openapi.json")]
+    with srv.client() as c:
+        docs_with_token = [c.get(p).status_code for p in ("/docs", "/redoc", "/openapi.json")]
     try:
         r = subprocess.run([sys.executable, "-m", "art_server", "--host", "0.0.0.0", "--token", "short", "--data-dir", str(tmp_path)],
                            capture_output=True, text=True, timeout=20)
@@ -440,6 +335,7 @@ def test_docs_are_off_by_default_and_short_tokens_are_refused_off_loopback(srv, 
     except subprocess.TimeoutExpired:  # it started serving
         refused = False
     report("docs without a token; a 5-character token on 0.0.0.0", docs,
-           wrong=", ".join(w for w in ["docs served" if docs != [404, 404, 404] else "", "short token taken" if not refused else ""] if w))
-    assert docs == [404, 404, 404]
+           wrong=", ".join(w for w in ["docs served" if 200 in docs + docs_with_token else "", "short token taken" if not refused else ""] if w))
+    assert docs == [401, 401, 401]  # without the token nothing but /health answers
+    assert docs_with_token == [404, 404, 404]
     assert refused

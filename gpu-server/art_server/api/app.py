@@ -12,6 +12,7 @@ from .. import __version__
 from ..config import ServerConfig
 from ..models.manager import ModelManager
 from . import serving, training
+from .auth import TokenGate
 from .chat_route import ChatCompletionsRoute
 from .errors import install_error_handlers
 from .limits import BodyLimit
@@ -42,6 +43,10 @@ def create_app(config: ServerConfig) -> FastAPI:
     return app
 
 
-def create_asgi(config: ServerConfig) -> Any:
-    """What uvicorn serves: the body limit, then chat completions ahead of FastAPI, then the app."""
-    return BodyLimit(ChatCompletionsRoute(create_app(config)), config.max_body_bytes)
+def create_asgi(app: FastAPI) -> Any:
+    """What uvicorn serves: the token check (before any body is read), the body limit, then chat
+    completions ahead of FastAPI, then the app."""
+    config: ServerConfig = app.state.config
+    public = {"/health"} | ({p for p in (app.docs_url, app.redoc_url, app.openapi_url, app.swagger_ui_oauth2_redirect_url) if p}
+                            if config.docs else set())
+    return TokenGate(BodyLimit(ChatCompletionsRoute(app), config.max_body_bytes), config.token, public)

@@ -4,9 +4,9 @@ Rollouts send hundreds of these a second, and for a small model the HTTP layer c
 generating. FastAPI's per-request machinery (middleware stack, dependency solving, exit stacks,
 body parsing in two passes) was ~60% of the server thread's time under load (py-spy, bench/serve.ts
 at concurrency 64). This ASGI layer does the same checks in the same order with the same errors
-(token, content type, pydantic validation of the body in one pass from bytes) and hands the
-validated request to `serving.complete_chat`, the code the documented FastAPI route also calls.
-Every other request goes on to the FastAPI app.
+(content type, pydantic validation of the body in one pass from bytes; the token was checked
+before, by api/auth.py) and hands the validated request to `serving.complete_chat`, the code the
+documented FastAPI route also calls. Every other request goes on to the FastAPI app.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .auth import check_token
 from .errors import content_type_error, error_response, response_for, validation_message
 from .schemas import ChatCompletionRequest
 from .serving import complete_chat
@@ -44,13 +43,10 @@ class ChatCompletionsRoute:
 
     async def _respond(self, scope: dict, receive: Any) -> Any:
         state = self.app.state
-        authorization = content_type = ""
+        content_type = ""
         for name, value in scope["headers"]:
-            if name == b"authorization":
-                authorization = value.decode("latin-1")
-            elif name == b"content-type":
+            if name == b"content-type":
                 content_type = value.decode("latin-1")
-        check_token(authorization, state.config.token)
         if "json" not in content_type:
             return content_type_error(content_type)
         body = await _read_body(receive)

@@ -47,7 +47,10 @@ def validation_message(errors: Any) -> tuple[str, str | None]:
         where = ".".join(loc) or "body"
         param = param or (loc[0] if loc else None)
         if item.get("type") == "json_invalid":
-            return f"the request body is not valid JSON: {item.get('ctx', {}).get('error', item.get('msg'))}", None
+            reason = str(item.get("ctx", {}).get("error", item.get("msg")))
+            if "recursion limit" in reason:
+                return "the request body nests objects and arrays too deeply to be read", None
+            return f"the request body is not valid JSON: {reason}", None
         problems.append(f"{where}: {item.get('msg')}")
     return "invalid request: " + "; ".join(problems[:5]), param
 
@@ -92,6 +95,12 @@ def install_error_handlers(app: FastAPI) -> None:
     async def http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "http_error")
         return error_response(error.status_code, str(error.detail), code)
+
+    # Its own handler: Starlette re-raises what reaches the catch-all Exception handler after answering,
+    # and uvicorn then drops the connection under a client that keeps it alive.
+    @app.exception_handler(OSError)
+    async def storage_error(_: Request, error: OSError) -> JSONResponse:
+        return response_for(error)
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, error: Exception) -> JSONResponse:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # Bounds of what one request may ask for: each is far past real use, and keeps every value a number
 # the trainer can sum, exponentiate and index with (no overflow, no out-of-range token id).
@@ -17,28 +17,57 @@ MAX_ABS_REWARD = 1e6
 MAX_ABS_METRIC = 1e12
 LOGPROB_TOLERANCE = 1e-3  # sampled logprobs are <= 0; float rounding may leave a hair above
 MAX_INT64 = 2**63 - 1
+# Nesting of free-form JSON (metadata, tool parameters, extra fields): far past any real schema, and
+# well inside what the JSON encoders can write back (pydantic and orjson stop near 255 levels).
+MAX_JSON_DEPTH = 64
+
+
+def _bounded_depth(value: Any) -> Any:
+    """`value` unchanged; a ValueError (a 400) when it nests objects or arrays deeper than MAX_JSON_DEPTH."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > MAX_JSON_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels of objects and arrays")
+        stack.extend((child, depth + 1) for child in children)
+    return value
+
+
+JsonObject = Annotated[dict[str, Any], AfterValidator(_bounded_depth)]
+
+
+class _Open(BaseModel):
+    """A model that passes unknown fields through (OpenAI's shapes grow), with their nesting bounded."""
+
+    model_config = ConfigDict(extra="allow")
+
+    @model_validator(mode="after")
+    def _bounded_extra(self) -> Any:
+        if self.__pydantic_extra__:
+            _bounded_depth(self.__pydantic_extra__)
+        return self
 
 
 class FunctionCall(BaseModel):
     name: str
-    arguments: str | dict[str, Any] = "{}"
+    arguments: str | JsonObject = "{}"
 
 
-class ToolCall(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class ToolCall(_Open):
     id: str | None = None
     type: Literal["function"] = "function"
     function: FunctionCall
 
 
-class TextPart(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class TextPart(_Open):
     type: str
     text: str | None = None
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class ChatMessage(_Open):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
@@ -54,11 +83,10 @@ class ChatMessage(BaseModel):
         return self
 
 
-class FunctionDef(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class FunctionDef(_Open):
     name: str = Field(min_length=1, max_length=128)
     description: str | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: JsonObject | None = None
 
 
 class Tool(BaseModel):
@@ -66,20 +94,17 @@ class Tool(BaseModel):
     function: FunctionDef
 
 
-class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class StreamOptions(_Open):
     include_usage: bool = False
 
 
-class ChatCompletionRequest(BaseModel):
+class ChatCompletionRequest(_Open):
     """The OpenAI chat-completions request, plus vLLM's extras the client may send."""
-
-    model_config = ConfigDict(extra="allow")
 
     model: str = Field(min_length=1)
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[Tool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    tool_choice: Literal["none", "auto", "required"] | JsonObject | None = None
     n: int = Field(1, ge=1, le=1024)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
@@ -174,12 +199,11 @@ class RegisterRequest(BaseModel):
     lora: LoraConfigIn | None = None
 
 
-class SampledChoice(BaseModel):
+class SampledChoice(_Open):
     """An assistant turn sampled from this server: what the trainer trains on."""
 
-    model_config = ConfigDict(extra="allow")
     kind: Literal["choice"]
-    message: dict[str, Any]
+    message: JsonObject
     prompt_token_ids: list[Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]] | None = Field(None, max_length=MAX_TOKENS_PER_SEQUENCE)
     token_ids: list[Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]] | None = Field(None, max_length=MAX_TOKENS_PER_SEQUENCE)
     # The logprob of each sampled token under the distribution it was sampled from: finite, <= 0.
@@ -190,14 +214,13 @@ class SampledChoice(BaseModel):
     art_provenance: str | None = Field(None, max_length=256)
 
 
-class TrajectoryIn(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class TrajectoryIn(_Open):
     messages_and_choices: list[SampledChoice | ChatMessage] = Field(min_length=1, max_length=10_000)
     tools: list[Tool] | None = None
     reward: float = Field(allow_inf_nan=False, ge=-MAX_ABS_REWARD, le=MAX_ABS_REWARD)
     metrics: dict[str, bool | Annotated[float, Field(allow_inf_nan=False, ge=-MAX_ABS_METRIC, le=MAX_ABS_METRIC)]] = Field(
         default_factory=dict)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
     logs: list[str] = Field(default_factory=list)
 
 
@@ -237,8 +260,7 @@ class TrainRequest(GroupsBody):
     serve_previous_during_training: bool = False
 
 
-class Conversation(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class Conversation(_Open):
     messages: list[ChatMessage] = Field(min_length=1, max_length=10_000)
     tools: list[Tool] | None = None
 

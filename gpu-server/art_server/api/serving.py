@@ -10,7 +10,7 @@ import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 import orjson
 from fastapi.responses import Response, StreamingResponse
 
@@ -20,7 +20,6 @@ from ..models.manager import ModelManager, ModelNotFound
 from ..models.resolve import existing_folder
 from ..models.names import NameError_, check_name, split_adapter_name
 from ..provenance import Provenance
-from .auth import require_token
 from .errors import ApiError, error_body
 from .schemas import ChatCompletionRequest, Health, LoadAdapterRequest, ModelList, UnloadAdapterRequest
 
@@ -28,7 +27,7 @@ public = APIRouter()
 # Request ids: unique per process start; a counter, because os.urandom per request showed up in profiles.
 _ID_PREFIX = f"chatcmpl-{os.getpid():x}{os.urandom(4).hex()}"
 _request_ids = (f"{_ID_PREFIX}{i:08x}" for i in itertools.count())
-router = APIRouter(dependencies=[Depends(require_token)])
+router = APIRouter()  # token checked ahead of the app (api/auth.py)
 
 
 def manager_of(request: Request) -> ModelManager:
@@ -49,7 +48,7 @@ async def list_models(request: Request) -> ModelList:
 @router.get("/v1/engine/stats", summary="Engine load: pending and running sequences, tokens generated")
 async def engine_stats(request: Request) -> dict[str, Any]:
     manager = manager_of(request)
-    return manager.engine.stats() if manager.engine else {"engine": None}
+    return {**(manager.engine.stats() if manager.engine else {"engine": None}), "training_slots": manager.training.slots()}
 
 
 async def _resolve(manager: ModelManager, model: str) -> str | None:
@@ -135,6 +134,9 @@ async def load_lora_adapter(body: LoadAdapterRequest, request: Request) -> dict[
     if path is None:
         raise ApiError(400, f"lora_path {body.lora_path[:200]!r} is not a folder on the server", "invalid_value", "lora_path")
     manager = manager_of(request)
+    if name in manager.training.models:
+        raise ApiError(409, f"{name!r} is a model trained on this server: its steps are served from its own checkpoints "
+                            f"({name}@N loads step N on demand); load this adapter under another name", "conflict", "lora_name")
     try:
         await manager.add_adapter(name, step, path.resolve())
     except ModelNotFound as error:

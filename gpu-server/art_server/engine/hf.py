@@ -74,7 +74,11 @@ class HFEngine(Engine):
             with self.scheduler.model_lock:
                 self.runner.load_adapter(key, path)
 
-        await asyncio.to_thread(load)
+        try:
+            await asyncio.to_thread(load)
+        except (ValueError, RuntimeError, KeyError) as error:  # PEFT: the adapter does not fit this base model
+            raise EngineError(f"the adapter at {path} cannot be served on this base model: {type(error).__name__}: "
+                              f"{str(error)[:500]}", code="invalid_adapter", param="lora_path") from None
 
     async def unload_adapter(self, key: str) -> None:
         def unload() -> None:

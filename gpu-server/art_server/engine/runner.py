@@ -52,10 +52,16 @@ class HFModelRunner:
 
         self._slot_counter += 1
         slot = f"serve{self._slot_counter}"  # PEFT module keys cannot hold every character of a key
-        if self.peft is None:
-            self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=slot, is_trainable=False)
-        else:
-            self.peft.load_adapter(str(path), adapter_name=slot, is_trainable=False)
+        try:
+            if self.peft is None:
+                self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=slot, is_trainable=False)
+            else:
+                self.peft.load_adapter(str(path), adapter_name=slot, is_trainable=False)
+        except BaseException:
+            # PEFT injects the adapter's layers before it reads the weights: take them out again.
+            if self.peft is not None and slot in self.peft.peft_config:
+                self.peft.delete_adapter(slot)
+            raise
         old = self.adapter_slots.get(key)
         self.adapter_slots[key] = slot
         if old:

@@ -3,7 +3,8 @@ logprob of each sampled token under the distribution it was actually drawn from 
 temperature, top-k and top-p), which is what the trainer's importance ratio needs.
 
 Temperature 0 means greedy decoding; its logprobs come from the raw logits (temperature 1), not
-from logits divided by a tiny number.
+from logits divided by a tiny number. A temperature below GREEDY_BELOW is greedy too (as in vLLM):
+dividing float32 logits by 1e-38 overflows to infinities, which sample garbage.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+
+GREEDY_BELOW = 1e-5  # vLLM's _SAMPLING_EPS
 
 
 @dataclass
@@ -31,7 +34,7 @@ class SampledTokens:
 
 def processed_logprobs(logits: torch.Tensor, temperature: float, top_p: float = 1.0, top_k: int = 0) -> torch.Tensor:
     """Log-probabilities of the distribution sampled from, for one row of logits (float32)."""
-    if temperature <= 0:
+    if temperature < GREEDY_BELOW:
         return torch.log_softmax(logits, dim=-1)
     scaled = logits / temperature
     if top_k and 0 < top_k < scaled.shape[-1]:
@@ -42,6 +45,7 @@ def processed_logprobs(logits: torch.Tensor, temperature: float, top_p: float = 
         probs = torch.softmax(sorted_logits, dim=-1)
         # Keep the smallest prefix whose mass reaches top_p (always at least the top token).
         remove = (probs.cumsum(dim=-1) - probs) >= top_p
+        remove[..., 0] = False  # a top_p that rounds to 0 in float32 would otherwise remove every token
         sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
         scaled = torch.full_like(scaled, float("-inf")).scatter(-1, order, sorted_logits)
     return torch.log_softmax(scaled, dim=-1)
@@ -56,9 +60,9 @@ def sample(logits: torch.Tensor, rows: list[RowParams], generator: torch.Generat
         logprob_rows = torch.log_softmax(logits, dim=-1)
     else:
         logprob_rows = torch.stack([processed_logprobs(logits[i], r.temperature, r.top_p, r.top_k) for i, r in enumerate(rows)])
-    greedy = [i for i, r in enumerate(rows) if r.temperature <= 0]
-    seeded = [i for i, r in enumerate(rows) if r.temperature > 0 and r.generator is not None]
-    shared = [i for i, r in enumerate(rows) if r.temperature > 0 and r.generator is None]
+    greedy = [i for i, r in enumerate(rows) if r.temperature < GREEDY_BELOW]
+    seeded = [i for i, r in enumerate(rows) if r.temperature >= GREEDY_BELOW and r.generator is not None]
+    shared = [i for i, r in enumerate(rows) if r.temperature >= GREEDY_BELOW and r.generator is None]
     chosen = torch.empty(len(rows), dtype=torch.long, device=logits.device)
     if greedy:
         chosen[greedy] = torch.argmax(logits[greedy], dim=-1)

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..config import ServerConfig
 from ..engine.base import Engine, EngineError
 from ..provenance import Provenance, base_fingerprint, server_identity
-from .adapter_folder import AdapterFolderError, check_adapter_folder
+from .adapter_folder import AdapterFolderError, base_weight_shapes, check_adapter_folder
 from .names import NameError_, adapter_key, split_adapter_name
 from .resolve import ModelNotFound, resolve_base_model
 
@@ -50,6 +50,7 @@ class ModelManager:
         self._doomed: set[str] = set()
         self._unloads: set[asyncio.Task] = set()
         self._provenance: Provenance | None = None
+        self._base_shapes: dict[str, tuple[int, ...]] | None = None  # read once, for adapter folder checks
         from ..trainer.service import TrainingService
 
         self.training = TrainingService(self)
@@ -131,8 +132,10 @@ class ModelManager:
         first, for a checkpoint this server has just written or loaded into its trainer."""
         engine = self.require_engine()
         if checked:
+            if self._base_shapes is None:
+                self._base_shapes = await asyncio.to_thread(base_weight_shapes, self.base_path)
             try:
-                await asyncio.to_thread(check_adapter_folder, path)
+                await asyncio.to_thread(check_adapter_folder, path, self._base_shapes)
             except AdapterFolderError as error:
                 raise EngineError(str(error), code="invalid_adapter", param="lora_path") from None
         key = adapter_key(name, step)
@@ -195,6 +198,6 @@ class ModelManager:
         return cards
 
     async def close(self) -> None:
-        self.training.cancel_all()
+        await self.training.stop()  # each running step rolls back, or completes if past its commit
         if self.engine is not None:
             await self.engine.close()

@@ -15,7 +15,7 @@ import torch
 
 from ..store import checkpoints as ckpt
 from ..store.atomic import write_json
-from ..store.history import drop_history_after, restore_history_rows
+from ..store.history import drop_history_after, restore_history_rows, restore_step_trajectories
 from ..store.layout import ModelPaths
 from ..trainer.lora import LoraHost
 from .names import adapter_key
@@ -61,9 +61,9 @@ class TrainableModel:
     gate: asyncio.Event = field(default_factory=asyncio.Event)
     serve_previous: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    # The worker thread of the running (or last) step: a step whose request ended early finishes
-    # its micro-batch and rolls back there; the next step waits for it.
-    worker: asyncio.Future | None = None
+    # The task of the running (or last) step: one whose request ended early still rolls back or
+    # completes there; the next step waits for it.
+    worker: asyncio.Task | None = None
 
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "project": self.project, "base_model": self.base_model, "step": self.step,
@@ -98,6 +98,20 @@ def register(host: LoraHost, data_dir: Path, name: str, project: str, base_model
     except ValueError as error:  # e.g. target modules the base model does not have
         host.delete_slot(slot)
         raise LoraConfigError(f"LoRA config {vars(lora)} does not fit base model {base_model!r}: {error}") from None
+    try:
+        optimizer, step, resumed = _open(host, paths, slot, name, project, base_model, lora)
+    except BaseException:
+        host.delete_slot(slot)  # a failed registration leaves no LoRA slot behind
+        raise
+    model = TrainableModel(name, project, base_model, lora, paths, slot, optimizer, step)
+    model.gate.set()
+    return model, resumed
+
+
+def _open(host: LoraHost, paths: ModelPaths, slot: str, name: str, project: str, base_model: str,
+          lora: LoraSpec) -> tuple[torch.optim.Optimizer, int, bool]:
+    """Loads the latest complete checkpoint into `slot`, or saves step 0; returns the optimizer, the step
+    and whether it resumed."""
     optimizer = make_optimizer(host, slot)
     removed = ckpt.remove_partial(paths)
     if removed:
@@ -116,6 +130,9 @@ def register(host: LoraHost, data_dir: Path, name: str, project: str, base_model
         recovered = restore_history_rows(paths, [(s, ckpt.load_state(paths.checkpoint(s))) for s in steps])
         if recovered:
             log.warning("%s/%s: history rows of steps %s recovered from their checkpoints", project, name, recovered)
+        linked = restore_step_trajectories(paths, steps)
+        if linked:
+            log.warning("%s/%s: trajectories of steps %s recovered from their checkpoints", project, name, linked)
         resumed = True
     else:
         # Step 0: the identity LoRA (PEFT initialises B to zero), saved like any other step.
@@ -126,18 +143,18 @@ def register(host: LoraHost, data_dir: Path, name: str, project: str, base_model
         ckpt.save_checkpoint(paths, 0, host.config(slot), host.weights(slot), optimizer.state_dict(),
                              {"kind": "init", "created": time.time()})
         resumed = False
-    model = TrainableModel(name, project, base_model, lora, paths, slot, optimizer, step)
-    model.gate.set()
-    return model, resumed
+    return optimizer, step, resumed
 
 
-def save_step(host: LoraHost, model: TrainableModel, step: int, state: dict[str, Any]) -> Path:
-    """Writes checkpoint `step` from the slot's weights and the optimizer (blocking)."""
+def save_step(host: LoraHost, model: TrainableModel, step: int, state: dict[str, Any], trajectories: list[Any] | None,
+              before_publish: Any) -> Path:
+    """Writes checkpoint `step` from the slot's weights and the optimizer (blocking); the rename into
+    place is the step's commit, which `before_publish` can still refuse."""
     with host.lock:
         weights = host.weights(model.slot)
         optimizer_state = model.optimizer.state_dict()
     return ckpt.save_checkpoint(model.paths, step, host.config(model.slot), weights, optimizer_state,
-                                {"created": time.time(), **state})
+                                {"created": time.time(), **state}, trajectories, before_publish)
 
 
 def _read_meta(paths: ModelPaths) -> dict[str, Any] | None:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from ..faults import fail_once
 
 
 def fsync_dir(path: Path) -> None:
@@ -79,24 +82,69 @@ def fsync_tree(root: Path) -> None:
 
 
 def publish_dir(tmp: Path, target: Path) -> None:
-    """Makes a fully written folder appear at `target` in one rename."""
-    fsync_tree(tmp)
+    """Makes a fully written and synced folder appear at `target` in one rename."""
     if target.exists():
         shutil.rmtree(target)
     os.rename(tmp, target)
     fsync_dir(target.parent)
 
 
+def link_or_copy(source: Path, target: Path) -> None:
+    """`target` becomes `source`'s content, atomically: a hard link (no second copy on disk), or a copy
+    where the file system has no hard links."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.link")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+    fsync_dir(target.parent)
+
+
+# The temporary folder of a build names its builder's pid, so a later start can tell an abandoned
+# one (its builder died, e.g. kill -9) from one another process is still filling.
+_BUILD_TMP = re.compile(r"\..+\.build-(\d+)-[^/]*")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_abandoned_builds(folder: Path, owned: bool = False) -> list[str]:
+    """Removes the temporary build folders in `folder` whose builder process is gone; `owned`: this
+    process alone builds there (a folder of its locked data dir), so every hidden folder is one."""
+    removed = []
+    if folder.is_dir():
+        for child in folder.iterdir():
+            found = _BUILD_TMP.fullmatch(child.name)
+            abandoned = found and int(found.group(1)) != os.getpid() and not _alive(int(found.group(1)))
+            if child.is_dir() and (abandoned or (owned and child.name.startswith("."))):
+                shutil.rmtree(child, ignore_errors=True)
+                removed.append(child.name)
+    return removed
+
+
 def build_dir_once(target: Path, marker: str, fill: Callable[[Path], None]) -> Path:
     """`target`, built by `fill(tmp)` into a temporary folder beside it and renamed into place, unless
     it already holds `marker` (the file `fill` writes last). Two processes building it at once is
-    harmless: the loser of the rename keeps the winner's folder, which is as good."""
+    harmless: the loser of the rename keeps the winner's folder, which is as good. Folders of builds
+    whose process died are removed first."""
+    sweep_abandoned_builds(target.parent)
     if (target / marker).exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.build-{os.getpid()}-", dir=target.parent))
     try:
         fill(tmp)
+        fail_once("exit_during_build")
         try:
             os.rename(tmp, target)
         except OSError:

@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from .atomic import publish_dir, write_json
+from .atomic import fsync_tree, publish_dir, write_json, write_jsonl
 from .layout import ModelPaths
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 OPTIMIZER = "optimizer.pt"
 STATE = "state.json"
+TRAJECTORIES = "trajectories.jsonl"  # the trajectories a step trained on, committed with it
 
 
 def complete_steps(paths: ModelPaths) -> list[int]:
@@ -42,19 +44,31 @@ def remove_partial(paths: ModelPaths) -> list[str]:
 
 
 def save_checkpoint(paths: ModelPaths, step: int, adapter_config: Any, weights: dict[str, torch.Tensor],
-                    optimizer_state: dict[str, Any] | None, state: dict[str, Any]) -> Path:
-    """Writes a standard PEFT adapter folder (adapter_config.json + adapter_model.safetensors),
-    the optimizer state, and state.json last; then renames it into place."""
+                    optimizer_state: dict[str, Any] | None, state: dict[str, Any], trajectories: list[Any] | None = None,
+                    before_publish: Callable[[], None] | None = None) -> Path:
+    """Writes a standard PEFT adapter folder (adapter_config.json + adapter_model.safetensors), the
+    optimizer state, the trajectories trained on, and state.json last, then renames it into place.
+    The rename is the commit: `before_publish` may still refuse it (a cancelled step raises there),
+    and then nothing of the folder is left."""
     paths.checkpoints.mkdir(parents=True, exist_ok=True)
     # A folder of its own per writer: two writers of one step never share a temporary folder.
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{step:04d}-", dir=paths.checkpoints))
-    adapter_config.save_pretrained(str(tmp))
-    save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, str(tmp / ADAPTER_WEIGHTS))
-    if optimizer_state is not None:
-        torch.save(optimizer_state, tmp / OPTIMIZER)
-    write_json(tmp / STATE, {"step": step, **state})
-    target = paths.checkpoint(step)
-    publish_dir(tmp, target)
+    try:
+        adapter_config.save_pretrained(str(tmp))
+        save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, str(tmp / ADAPTER_WEIGHTS))
+        if optimizer_state is not None:
+            torch.save(optimizer_state, tmp / OPTIMIZER)
+        if trajectories is not None:
+            write_jsonl(tmp / TRAJECTORIES, trajectories)
+        write_json(tmp / STATE, {"step": step, **state})
+        fsync_tree(tmp)
+        if before_publish is not None:
+            before_publish()
+        target = paths.checkpoint(step)
+        publish_dir(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return target
 
 

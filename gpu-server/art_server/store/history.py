@@ -7,7 +7,8 @@ import statistics
 import time
 from typing import Any
 
-from .atomic import append_jsonl, read_jsonl, write_jsonl
+from .atomic import append_jsonl, link_or_copy, read_jsonl, write_jsonl
+from .checkpoints import TRAJECTORIES
 from .layout import ModelPaths
 
 
@@ -66,6 +67,24 @@ def drop_history_after(paths: ModelPaths, latest_step: int) -> int:
     return len(rows) - len(kept)
 
 
+def trajectory_rows(groups: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [{"group": g, **t} for g, group in enumerate(groups) for t in group]
+
+
 def write_trajectories(paths: ModelPaths, split: str, step: int, groups: list[list[dict[str, Any]]]) -> None:
-    rows = [{"group": g, **t} for g, group in enumerate(groups) for t in group]
-    write_jsonl(paths.trajectories(split, step), rows)
+    write_jsonl(paths.trajectories(split, step), trajectory_rows(groups))
+
+
+def link_step_trajectories(paths: ModelPaths, step: int) -> bool:
+    """Shows the trajectories checkpoint `step` trained on as trajectories/train/<step - 1>.jsonl (the
+    step they were sampled at); False when the checkpoint holds none."""
+    source = paths.checkpoint(step) / TRAJECTORIES
+    if not source.exists():
+        return False
+    link_or_copy(source, paths.trajectories("train", step - 1))
+    return True
+
+
+def restore_step_trajectories(paths: ModelPaths, steps: list[int]) -> list[int]:
+    """After a crash between a checkpoint's rename and the link of its trajectories: links them now."""
+    return [s for s in steps if s > 0 and not paths.trajectories("train", s - 1).exists() and link_step_trajectories(paths, s)]

@@ -54,6 +54,10 @@ class LoraHost:
                 peft.add_adapter(slot, config)
             self.model.eval()  # no dropout anywhere; LoRA dropout is 0 by default
 
+    def slots(self) -> list[str]:
+        peft = self._peft()
+        return sorted(peft.peft_config) if peft is not None else []
+
     def has_slot(self, slot: str) -> bool:
         peft = self._peft()
         return peft is not None and slot in peft.peft_config

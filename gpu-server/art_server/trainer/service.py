@@ -4,6 +4,12 @@ A GRPO or SFT step: prepare sequences, (vllm: put the engine to sleep), train in
 while progress lines stream back, save the checkpoint atomically, serve the new adapter as
 `name@step`, append history and trajectories. Requests for the bare model name wait for the new
 step (unless the step asked to keep serving the previous one); no request fails because of training.
+
+A step runs as a task of its own, not in the request that asked for it: the request streams its
+lines and, if its client leaves (or the server stops), asks it to stop. The step decides once
+whether it happened, in the worker thread right before its checkpoint's rename (the commit): until
+then it rolls back completely (weights, optimizer, no checkpoint, no history row); from then on it
+completes (step number, serving, history row) whoever is still listening.
 """
 
 from __future__ import annotations
@@ -24,15 +30,17 @@ from ..models.names import adapter_key
 from ..models.trainable import LoraSpec, RegistrationError, TrainableModel, register, save_step
 from ..store import checkpoints as ckpt
 from ..provenance import check_groups
-from ..store.history import append_history, append_row, group_metrics, read_history, write_trajectories
+from ..store.history import (append_history, append_row, group_metrics, link_step_trajectories, read_history,
+                             trajectory_rows, write_trajectories)
 from .grpo import GRPOConfig, nothing_trained_reason, prepare, train_step
-from .faults import fail_once
+from ..faults import fail_once
 from .guard import Snapshot, StepGuard, restore, take_snapshot
 from .lora import LoraHost
 from .sft import SFTConfig, sft_sequence, train_sft
 
 log = logging.getLogger(__name__)
 
+SLOT_PREFIX = "train"  # the PEFT adapter names of training slots (serving slots are the engine's)
 SERVED_STEPS = 4  # adapter steps of one model kept loaded for serving; older ones load on demand
 
 
@@ -54,7 +62,7 @@ class TrainingService:
         self._host: LoraHost | None = None
         self._slots = itertools.count()
         self._register_lock = asyncio.Lock()
-        self._cancels: set[threading.Event] = set()  # one per running step
+        self._steps: dict[asyncio.Task, threading.Event] = {}  # running steps and the event that stops each
 
     # -- set-up ------------------------------------------------------------------------------
     def host(self, engine: Engine, base_path: Path) -> LoraHost:
@@ -85,25 +93,44 @@ class TrainingService:
         async with self._register_lock:
             existing = self.models.get(name)
             if existing is not None:
+                if existing.base_model != base_model:
+                    raise RegistrationError(f"model {existing.project}/{name} is registered on this server with base model "
+                                            f"{existing.base_model!r}, not {base_model!r}; pick another name for a model on "
+                                            "another base model")
                 if existing.project != project:
                     raise RegistrationError(f"this server already serves a model named {name!r} in project {existing.project!r}; "
                                             "model names must be unique per server")
                 if lora is not None and vars(lora) != vars(existing.lora):
                     raise RegistrationError(f"model {project}/{name} is registered with LoRA config {vars(existing.lora)}")
                 return {**existing.info(), "resumed": True}
+            if name in self.manager.adapters:
+                raise RegistrationError(f"{name!r} is the name of adapters loaded with /v1/load_lora_adapter "
+                                        f"({', '.join(f'{name}@{s}' for s in sorted(self.manager.adapters[name]))}); a trained "
+                                        "model needs a name of its own: pick another, or unload them first")
             engine = await self.manager.ensure_base(base_model)
             host = self.host(engine, self.manager.base_path)
             model, resumed = await asyncio.to_thread(register, host, self.manager.config.data_dir, name, project, base_model,
-                                                     lora, f"train{next(self._slots)}")
+                                                     lora, f"{SLOT_PREFIX}{next(self._slots)}")
             self.models[name] = model
             await self.serve_step(model, model.step)
             log.info("%s %s/%s at step %d", "resumed" if resumed else "registered", project, name, model.step)
             return {**model.info(), "resumed": resumed}
 
+    def slots(self) -> list[str]:
+        """The LoRA slots models train in (a failed registration must leave none behind)."""
+        return [s for s in self._host.slots() if s.startswith(SLOT_PREFIX)] if self._host is not None else []
+
     def cancel_all(self) -> None:
-        """Stops every running step at its next micro-batch (the server is stopping); each rolls back."""
-        for cancel in list(self._cancels):
+        """Asks every running step to stop (the server is stopping): each rolls back at its next
+        micro-batch, or completes if it is already past its commit."""
+        for cancel in self._steps.values():
             cancel.set()
+
+    async def stop(self, timeout: float = 30.0) -> None:
+        """Stops every running step and waits for each to roll back or commit."""
+        self.cancel_all()
+        if self._steps:
+            await asyncio.wait(list(self._steps), timeout=timeout)
 
     def get(self, name: str) -> TrainableModel:
         model = self.models.get(name)
@@ -130,8 +157,8 @@ class TrainingService:
 
     # -- steps -------------------------------------------------------------------------------
     async def _idle(self, model: TrainableModel) -> None:
-        """Waits for the worker thread of a step whose request ended early (it stops at its next
-        micro-batch and rolls back), so two steps never touch one adapter at once."""
+        """Waits for the step task of a step whose request ended early (it rolls back, or completes
+        if it was past its commit), so two steps never touch one adapter at once."""
         if model.worker is not None and not model.worker.done():
             await asyncio.wait([model.worker])
 
@@ -186,8 +213,7 @@ class TrainingService:
                                                                                 config, self.pad_id, progress, guard),
                                              trainable=bool(prepared.items),
                                              reason=None if prepared.items else nothing_trained_reason(prepared),
-                                             details=prepared.skip_details, row=row,
-                                             before_save=lambda: write_trajectories(model.paths, "train", from_step, groups)):
+                                             details=prepared.skip_details, row=row, trajectories=groups):
                 yield line
             yield {"type": "result", "step": new_step, "metrics": row}
 
@@ -223,20 +249,54 @@ class TrainingService:
 
     async def _run_step(self, model: TrainableModel, engine: Engine, serve_previous: bool, timings: dict[str, float],
                         metrics: dict[str, Any], work: Any, trainable: bool, reason: str | None,
-                        details: list[str], row: dict[str, Any], before_save: Any = None) -> AsyncIterator[dict[str, Any]]:
-        """Trains (in a thread, streaming progress), saves, serves; fills `metrics`, `timings` and the
-        history `row`. A transaction (guard.py): until the checkpoint is in place, any failure or a
-        cancelled request puts the adapter and its optimizer back as they were; the step number
-        moves only once the checkpoint, its trajectories and its history row are on disk."""
-        loop = asyncio.get_running_loop()
+                        details: list[str], row: dict[str, Any],
+                        trajectories: list[list[dict[str, Any]]] | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Starts the step's task and streams its lines; a request that ends early (its client left)
+        asks the step to stop. Fills `metrics`, `timings` and the history `row`."""
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        new_step = model.step + 1
+        cancel = threading.Event()
         model.serve_previous = serve_previous
         if not serve_previous:
             model.gate.clear()
-        slept = False
-        cancel = threading.Event()
-        self._cancels.add(cancel)
+        task = asyncio.create_task(self._step(model, engine, queue, cancel, timings, metrics, work, trainable, reason,
+                                              details, row, trajectories))
+        model.worker = task
+        self._steps[task] = cancel
+        task.add_done_callback(self._step_done)
+        getter: asyncio.Future | None = None
+        try:
+            while True:
+                getter = asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    yield getter.result()
+                    continue
+                while not queue.empty():
+                    yield queue.get_nowait()
+                break
+            task.result()  # the step's error, if it failed
+        except BaseException:
+            cancel.set()  # the client left (or the server stops): roll back, unless it has committed
+            raise
+        finally:
+            if getter is not None:
+                getter.cancel()
+
+    def _step_done(self, task: asyncio.Task) -> None:
+        self._steps.pop(task, None)
+        if not task.cancelled():
+            task.exception()  # read, so a step abandoned by its request logs no "exception never retrieved"
+
+    async def _step(self, model: TrainableModel, engine: Engine, queue: asyncio.Queue, cancel: threading.Event,
+                    timings: dict[str, float], metrics: dict[str, Any], work: Any, trainable: bool, reason: str | None,
+                    details: list[str], row: dict[str, Any], trajectories: list[list[dict[str, Any]]] | None) -> None:
+        """One step, a transaction (guard.py): train, then commit by renaming the checkpoint into place.
+        Before that rename any failure or a `cancel` puts the adapter and its optimizer back as they
+        were and leaves nothing on disk; after it, the step completes."""
+        loop = asyncio.get_running_loop()
+        new_step = model.step + 1
+        guard = StepGuard(cancel)
+        slept = committed = False
         snapshot: Snapshot | None = None
         try:
             if trainable:
@@ -246,71 +306,76 @@ class TrainingService:
                     await engine.sleep()
                     slept = True
                     timings["sleep_s"] = time.perf_counter() - t
-                guard = StepGuard(cancel)
-
-                def guarded() -> dict[str, Any]:
-                    try:
-                        return work(lambda line: loop.call_soon_threadsafe(queue.put_nowait, line), guard)
-                    except BaseException:
-                        restore(self._host, model.slot, model.optimizer, snapshot)
-                        raise
-
-                task = loop.run_in_executor(None, guarded)
-                model.worker = task
-                task.add_done_callback(_consume_exception)
-                while True:
-                    getter = asyncio.ensure_future(queue.get())
-                    done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
-                    if getter in done:
-                        yield getter.result()
-                        continue
-                    getter.cancel()
-                    while not queue.empty():
-                        yield queue.get_nowait()
-                    break
-                result = task.result()
+                result = await loop.run_in_executor(
+                    None, work, lambda line: loop.call_soon_threadsafe(queue.put_nowait, line), guard)
                 metrics.update({k: v for k, v in result.items() if k != "forward_backward_s"})
                 timings["forward_backward_s"] = result["forward_backward_s"]
             else:
                 metrics["nothing_trained"] = reason
                 if details:
                     metrics["skip_details"] = details[:10]
-                yield {"type": "warning", "message": reason, "details": details[:10]}
+                queue.put_nowait({"type": "warning", "message": reason, "details": details[:10]})
             row.update({**metrics, "trained_into_step": new_step, **timings})
             t = time.perf_counter()
-            try:
-                if before_save is not None:
-                    await asyncio.to_thread(before_save)
-                # The history row travels inside the checkpoint: a crash right after the rename
-                # cannot lose it (registration appends it when history.jsonl lacks it).
-                fail_once("save")
-                await asyncio.to_thread(save_step, self._host, model, new_step,
-                                        {"kind": "train" if trainable else "untrained", "metrics": _plain(metrics),
-                                         "history_row": _plain(row)})
-                fail_once("exit_after_publish")
-            except BaseException:
-                if snapshot is not None:
-                    await asyncio.to_thread(restore, self._host, model.slot, model.optimizer, snapshot)
-                raise
+            # The history row travels inside the checkpoint, and the trajectories too: a crash right
+            # after the rename loses neither (registration restores them).
+            state = {"kind": "train" if trainable else "untrained", "metrics": _plain(metrics), "history_row": _plain(row)}
+            rows = trajectory_rows(trajectories) if trajectories is not None else None
+            await asyncio.to_thread(self._save, model, new_step, state, rows, guard)
+            committed = True
+        except BaseException:
+            if snapshot is not None:
+                await asyncio.to_thread(restore, self._host, model.slot, model.optimizer, snapshot)
+            raise
+        finally:
+            if not committed:
+                await self._reopen(model, engine, slept)
+        # Committed: from here on the step completes, whether or not anyone still listens.
+        try:
+            fail_once("exit_after_publish")
             timings["save_s"] = time.perf_counter() - t
+            model.step = new_step
             if slept:
                 t = time.perf_counter()
                 await engine.wake()
                 slept = False
                 timings["wake_s"] = time.perf_counter() - t
-            model.step = new_step
-            timings["reload_s"] = await self.serve_step(model, new_step)
+            try:
+                timings["reload_s"] = await self.serve_step(model, new_step)
+            except Exception as error:  # still on disk: `name@step` loads it on demand
+                log.exception("step %d of %s is saved but could not be loaded for serving", new_step, model.name)
+                queue.put_nowait({"type": "warning", "message": f"step {new_step} is saved but could not be loaded for "
+                                                                f"serving ({type(error).__name__}: {error})"})
             row.update(timings)
-            await asyncio.to_thread(append_row, model.paths, _plain(row))
-        except BaseException:
-            cancel.set()  # a request that went away stops its worker at the next micro-batch
-            raise
+            try:
+                await asyncio.to_thread(self._record, model, new_step, row, trajectories is not None)
+            except OSError as error:
+                queue.put_nowait({"type": "warning", "message": f"step {new_step}'s history row could not be appended "
+                                                                f"({error}); the next start restores it from the checkpoint"})
         finally:
-            self._cancels.discard(cancel)
+            await self._reopen(model, engine, slept)
+
+    def _save(self, model: TrainableModel, step: int, state: dict[str, Any], rows: list[Any] | None, guard: StepGuard) -> None:
+        fail_once("save")
+        # guard.check() right before the rename is the step's one commit decision.
+        save_step(self._host, model, step, state, rows, before_publish=guard.check)
+
+    @staticmethod
+    def _record(model: TrainableModel, step: int, row: dict[str, Any], with_trajectories: bool) -> None:
+        if with_trajectories:
+            link_step_trajectories(model.paths, step)
+        append_row(model.paths, _plain(row))
+
+    @staticmethod
+    async def _reopen(model: TrainableModel, engine: Engine, slept: bool) -> None:
+        """The step is over (committed or rolled back): the engine wakes and the bare name serves again."""
+        try:
             if slept:
                 await engine.wake()
+        finally:
             model.gate.set()
             model.serve_previous = False
+
     async def log(self, name: str, split: str, groups: list[list[dict[str, Any]]]) -> dict[str, Any]:
         model = self.get(name)
         await asyncio.to_thread(write_trajectories, model.paths, split, model.step, groups)
@@ -348,12 +413,6 @@ class TrainingService:
             await asyncio.to_thread(ckpt.delete_steps, model.paths, doomed)
             return {"deleted": doomed, "kept": sorted(keep), "best_step": best, "metric": keep_best_by,
                     "note": None if best is not None else f"no history rows with {keep_best_by}; kept only the latest"}
-
-
-def _consume_exception(future: asyncio.Future) -> None:
-    """Reads a worker's outcome, so a step abandoned by its request logs no 'exception never retrieved'."""
-    if not future.cancelled():
-        future.exception()
 
 
 def _plain(metrics: dict[str, Any]) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 point of a training step, so a test can check what a real failure there leaves behind. Points:
 `gradient_step:N` (an error after N-1 optimizer steps of the next step), `save` (the checkpoint
 write fails like a read-only disk), `exit_after_publish` (the process dies right after a
-checkpoint is renamed into place, like kill -9). Unset in normal use: then every call is a no-op."""
+checkpoint is renamed into place, like kill -9), `exit_during_build` (the process dies while a
+model folder is being built, before its rename). Unset in normal use: then every call is a no-op."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def fail_once(point: str) -> None:
         if _fault != point:
             return
         _fault = ""
-    if point == "exit_after_publish":
+    if point.startswith("exit_"):
         os._exit(137)
     if point == "save":
         raise OSError(errno.EROFS, "injected fault: read-only file system", "checkpoints")
