@@ -14,7 +14,7 @@ import {
   trainConfigToWire, trainEventFromWire,
 } from "./convert";
 import { ProgressLine } from "./display";
-import { BadTrajectoryError, ModelNotRegisteredError, ServerProtocolError } from "./errors";
+import { BadTrajectoryError, ModelNotRegisteredError, ServerProtocolError, ServerUnreachableError } from "./errors";
 import { historyFrame, type HistoryFrame } from "./history";
 import { notice } from "./notice";
 import { functionOption, httpUrlOption, parseOptions, safeNameOption } from "./options";
@@ -376,6 +376,26 @@ export class TrainableModel implements ChatModel {
     onEvent?: (event: TrainEvent) => void): Promise<TrainResult> {
     const bar = showProgress ? new ProgressLine(kind === "train" ? `train ${this.name}` : `sft ${this.name}`) : null;
     const events: TrainEvent[] = [];
+    try {
+      await this.streamStep(kind, body, events, bar, onEvent);
+    } catch (error) {
+      const start = events[0];
+      if (error instanceof ServerUnreachableError && start?.type === "start") throw await this.stepOutcome(error, start.step);
+      throw error;
+    }
+    const result = events[events.length - 1];
+    if (!result || result.type !== "result") {
+      throw new ServerProtocolError(`model.${kind === "train" ? "train" : "trainSft"}: the server's stream ended without a result; ` +
+        "the step may not have completed: call model.getStep() to see where the model is");
+    }
+    this.step = result.step;
+    bar?.finish({ done: 1, total: 1, detail: `step ${result.step}` });
+    const { step: fromStep, split: _split, time: _time, trainedIntoStep: _into, ...metrics } = result.metrics;
+    return { step: result.step, fromStep, metrics: metrics as StepMetrics, events };
+  }
+
+  private async streamStep(kind: "train" | "train_sft", body: unknown, events: TrainEvent[], bar: ProgressLine | null,
+    onEvent?: (event: TrainEvent) => void): Promise<void> {
     await this.backend.stream(`/v1/art/models/${encodeURIComponent(this.name)}/${kind}`, body, (line) => {
       const event = trainEventFromWire(line);
       events.push(event);
@@ -387,15 +407,31 @@ export class TrainableModel implements ChatModel {
       }
       onEvent?.(event);
     });
-    const result = events[events.length - 1];
-    if (!result || result.type !== "result") {
-      throw new ServerProtocolError(`model.${kind === "train" ? "train" : "trainSft"}: the server's stream ended without a result; ` +
-        "the step may not have completed: call model.getStep() to see where the model is");
+  }
+
+  /**
+   * The connection broke during a step the server had started: the server finishes it on its own (it
+   * commits it whole, or rolls it back whole), so ask where the model ended up and say which.
+   */
+  private async stepOutcome(error: ServerUnreachableError, step: number): Promise<ServerUnreachableError> {
+    let outcome = "call model.getStep() once the server answers to see whether the step was saved";
+    try {
+      const deadline = Date.now() + 30_000;
+      let info = await this.backend.request("GET", `/v1/art/models/${encodeURIComponent(this.name)}`, ModelInfo);
+      while (info.training && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        info = await this.backend.request("GET", `/v1/art/models/${encodeURIComponent(this.name)}`, ModelInfo);
+      }
+      this.step = info.step;
+      if (!info.training) {
+        outcome = info.step >= step
+          ? `the server saved the step before the connection broke: the model is at step ${info.step}`
+          : `the server rolled the step back: the model is still at step ${info.step}; train again`;
+      }
+    } catch {
+      // the server does not answer: the outcome stays unknown
     }
-    this.step = result.step;
-    bar?.finish({ done: 1, total: 1, detail: `step ${result.step}` });
-    const { step: fromStep, split: _split, time: _time, trainedIntoStep: _into, ...metrics } = result.metrics;
-    return { step: result.step, fromStep, metrics: metrics as StepMetrics, events };
+    return new ServerUnreachableError(`${error.message}. ${outcome}`, { cause: error });
   }
 }
 

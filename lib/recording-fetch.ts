@@ -6,7 +6,7 @@
  * @module
  */
 import type OpenAI from "openai";
-import { currentTrajectory, debugLog, recordCall, type RecordedRequest } from "./rollout";
+import { debugLog, startCall, type RecordedRequest } from "./rollout";
 import { SseAccumulator } from "./sse-accumulator";
 
 type ChatCompletion = OpenAI.Chat.Completions.ChatCompletion;
@@ -29,37 +29,50 @@ export function recordingFetch(options: RecordingFetchOptions): typeof fetch {
   return async (input, init) => {
     const url = chatCompletionsUrl(input, init);
     if (url === null) return base(input, init);
-    const trajectory = currentTrajectory(options.owner);
-    if (!trajectory) debugLog("%s: a chat completion outside any rollout of this model: not recorded", options.label);
+    const pending = startCall(options.owner);
+    if (!pending) debugLog("%s: a chat completion outside any rollout of this model: not recorded", options.label);
     // Nothing to add to the request and nothing to record: its body is left unread.
-    if (!trajectory && !options.askForTokens) return base(input, init);
-    const call = await readChatCall(url, input, init);
-    if (!call) return base(input, init);
-    if (options.askForTokens) call.body = { ...call.body, logprobs: true, return_token_ids: true };
-    const response = await base(call.url, { ...call.init, body: JSON.stringify(call.body) });
-    if (!trajectory) return response;
-    if (!response.ok || !response.body) {
-      debugLog("%s: a chat completion answered %d: not recorded", options.label, response.status);
-      return response;
-    }
-    const request: RecordedRequest = {
-      messages: Array.isArray(call.body.messages) ? call.body.messages : [],
-      ...(Array.isArray(call.body.tools) ? { tools: call.body.tools } : {}),
-    };
-    const record = (completion: ChatCompletion | undefined, why: string) => {
-      if (completion) recordCall(trajectory, request, completion, options.askForTokens);
-      else debugLog("%s: %s: not recorded", options.label, why);
-    };
-    if (call.body.stream === true) return recordStream(response, record);
-    const text = await response.text();
-    let completion: ChatCompletion | undefined;
+    if (!pending && !options.askForTokens) return base(input, init);
     try {
-      completion = JSON.parse(text) as ChatCompletion;
-    } catch {
-      completion = undefined;
+      const call = await readChatCall(url, input, init);
+      if (!call) {
+        pending?.abandon();
+        return base(input, init);
+      }
+      if (options.askForTokens) call.body = { ...call.body, logprobs: true, return_token_ids: true };
+      const response = await base(call.url, { ...call.init, body: JSON.stringify(call.body) });
+      if (!pending) return response;
+      if (!response.ok || !response.body) {
+        debugLog("%s: a chat completion answered %d: not recorded", options.label, response.status);
+        pending.abandon();
+        return response;
+      }
+      const request: RecordedRequest = {
+        messages: Array.isArray(call.body.messages) ? call.body.messages : [],
+        ...(Array.isArray(call.body.tools) ? { tools: call.body.tools } : {}),
+      };
+      const record = (completion: ChatCompletion | undefined, why: string) => {
+        if (!completion) {
+          debugLog("%s: %s: not recorded", options.label, why);
+          pending.abandon();
+        } else if (!pending.record(request, completion, options.askForTokens)) {
+          debugLog("%s: a chat completion that ended after its rollout returned: not recorded (its trajectory's logs say so)", options.label);
+        }
+      };
+      if (call.body.stream === true) return recordStream(response, record);
+      const text = await response.text();
+      let completion: ChatCompletion | undefined;
+      try {
+        completion = JSON.parse(text) as ChatCompletion;
+      } catch {
+        completion = undefined;
+      }
+      record(completion?.choices ? completion : undefined, "the answer is not a chat completion");
+      return new Response(text, { status: response.status, statusText: response.statusText, headers: cleanHeaders(response.headers) });
+    } catch (error) {
+      pending?.abandon();
+      throw error;
     }
-    record(completion?.choices ? completion : undefined, "the answer is not a chat completion");
-    return new Response(text, { status: response.status, statusText: response.statusText, headers: cleanHeaders(response.headers) });
   };
 }
 

@@ -13,28 +13,79 @@ import { assistantMessageOf, isSampledChoice, sampledChoice, Trajectory, type Me
 type ChatCompletion = OpenAI.Chat.Completions.ChatCompletion;
 
 interface RolloutScope {
-  /** The model whose calls are recorded (calls to another model in the same rollout are not). */
-  readonly owner: object;
   readonly trajectory: Trajectory;
+  /** Calls sent in this rollout that have not finished (or were not read to their end). */
+  pending: number;
+  /** The rollout function has returned: its trajectory may sit in a group already. */
+  closed: boolean;
 }
 
-const storage = new AsyncLocalStorage<RolloutScope>();
+/** The innermost rollout of each model the calling code runs in: a rollout of another model nested
+ * inside keeps the outer one's calls going to the outer trajectory. */
+const storage = new AsyncLocalStorage<ReadonlyMap<object, RolloutScope>>();
 /** `NODE_DEBUG=art` shows what is and is not recorded. */
 export const debugLog = util.debuglog("art");
 /** Where the conversation the next call continues starts, per trajectory (see {@link recordCall}). */
 const segmentStarts = new WeakMap<Trajectory, number>();
 
-/** Runs `fn` with a new trajectory as `owner`'s current rollout; resolves with the trajectory. */
+const AWAIT_ADVICE = "Await every call inside the rollout.";
+
+/**
+ * Runs `fn` with a new trajectory as `owner`'s current rollout; resolves with the trajectory once
+ * `fn` has. A call still running then is not recorded (the trajectory may be in a group by the time
+ * it ends): `t.logs` says how many there were.
+ */
 export async function runRollout(owner: object, fn: (trajectory: Trajectory) => unknown, init?: TrajectoryInit): Promise<Trajectory> {
   const trajectory = new Trajectory(init);
-  await storage.run({ owner, trajectory }, async () => fn(trajectory));
+  const scope: RolloutScope = { trajectory, pending: 0, closed: false };
+  const scopes = new Map(storage.getStore() ?? []);
+  scopes.set(owner, scope);
+  try {
+    await storage.run(scopes, async () => fn(trajectory));
+  } finally {
+    scope.closed = true;
+  }
+  if (scope.pending) {
+    trajectory.log(`${scope.pending} model call(s) still running (or not read to their end) when the rollout function ` +
+      `returned: not recorded. ${AWAIT_ADVICE}`);
+  }
   return trajectory;
 }
 
 /** The trajectory of `owner`'s rollout that the calling code runs in, if any. */
 export function currentTrajectory(owner: object): Trajectory | undefined {
-  const scope = storage.getStore();
-  return scope && scope.owner === owner ? scope.trajectory : undefined;
+  return storage.getStore()?.get(owner)?.trajectory;
+}
+
+/** A call sent in a rollout: recorded when it completes, unless its rollout has returned by then. */
+export interface PendingCall {
+  /** Records the completed call; false when the rollout had returned already (nothing recorded). */
+  record(request: RecordedRequest, completion: ChatCompletion, withTokens: boolean): boolean;
+  /** The call ended without anything to record (an error, a refused request). */
+  abandon(): void;
+}
+
+/** Starts a call of `owner`'s current rollout; undefined outside any rollout of `owner`. */
+export function startCall(owner: object): PendingCall | undefined {
+  const scope = storage.getStore()?.get(owner);
+  if (!scope) return undefined;
+  if (scope.closed) scope.trajectory.log(`a model call made after the rollout function returned: not recorded. ${AWAIT_ADVICE}`);
+  else scope.pending += 1;
+  let open = !scope.closed;
+  const end = () => {
+    if (open) scope.pending -= 1;
+    open = false;
+  };
+  return {
+    record(request, completion, withTokens) {
+      const late = scope.closed;
+      end();
+      if (late) return false;
+      recordCall(scope.trajectory, request, completion, withTokens);
+      return true;
+    },
+    abandon: end,
+  };
 }
 
 /** What one recorded call sent: the conversation so far and the tools offered. */

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import http from "node:http";
-import type { AddressInfo } from "node:net";
+import net, { type AddressInfo } from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
@@ -133,6 +133,49 @@ describe("failures are ArtErrors", () => {
     await new Promise((resolve) => closed.close(resolve));
     const nobody = new RemoteBackend({ url: `http://127.0.0.1:${port}`, token: "t" });
     await assert.rejects(nobody.request("GET", "/health", ModelInfo), (e) => e instanceof ServerUnreachableError && /ECONNREFUSED/.test(e.message));
+  });
+
+  it("a connection that breaks during a step says whether the server saved the step or rolled it back", { timeout: 120_000 }, async () => {
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "art-api-"));
+    const local = await LocalBackend.start({ dataDir, baseModel: "builtin:tiny", engine: "hf", device: "cpu" });
+    // A proxy between the client and the real server that breaks the client's connection once a step's
+    // progress line has passed: at once (the server sees the client leave), or once the server has sent
+    // its whole answer (the server committed; the client never reads the result).
+    let mode: "pass" | "cut" | "cut after the answer" = "pass";
+    const proxy = net.createServer((client) => {
+      const upstream = net.connect(Number(new URL(local.url).port), "127.0.0.1");
+      client.pipe(upstream);
+      let progressed = false;
+      upstream.on("data", (data: Buffer) => {
+        const text = data.toString();
+        if (!progressed) client.write(data);
+        progressed ||= mode !== "pass" && text.includes('"progress"');
+        if (progressed && (mode === "cut" || text.includes('"result"'))) {
+          client.destroy();
+          upstream.destroy();
+        }
+      });
+      client.on("error", () => upstream.destroy());
+      upstream.on("error", () => client.destroy());
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve));
+    try {
+      const backend = new RemoteBackend({ url: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`, token: local.token });
+      const model = new TrainableModel({ name: "broken", project: "api-tests", baseModel: "builtin:tiny" });
+      await model.register(backend);
+      const conversation = { messages: [{ role: "user" as const, content: "hi" }, { role: "assistant" as const, content: "hello there" }] };
+      mode = "cut";
+      await assert.rejects(model.trainSft(Array.from({ length: 8 }, () => conversation), { epochs: 1000, batchSize: 1, progress: false }),
+        (e) => e instanceof ServerUnreachableError && /rolled the step back: the model is still at step 0; train again/.test(e.message));
+      mode = "cut after the answer";
+      await assert.rejects(model.trainSft([conversation], { epochs: 1, progress: false }),
+        (e) => e instanceof ServerUnreachableError && /saved the step before the connection broke: the model is at step 1/.test(e.message));
+      mode = "pass";
+      assert.equal(await model.getStep(), 1);
+    } finally {
+      proxy.close();
+      await local.close();
+    }
   });
 
   it("a server killed during a training step is a ServerCrashedError with its log, not a raw TypeError", { timeout: 120_000 }, async () => {

@@ -119,6 +119,49 @@ describe("model.rollout on a LocalBackend", () => {
     assert.equal(baseline.choices().length, 0);
   });
 
+  it("records each model's calls in its own innermost rollout when rollouts of two models nest", async () => {
+    const judge = new Model({ name: model.inferenceName(), baseURL: model.baseURL, apiKey: model.apiKey });
+    let inner: Trajectory | undefined;
+    const outer = await model.rollout(async () => {
+      inner = await judge.rollout(async () => {
+        await model.openai().chat.completions.create({ model: model.inferenceName(), messages: ask("outer's call"), max_tokens: 2 });
+        await judge.openai().chat.completions.create({ model: model.inferenceName(), messages: ask("inner's call"), max_tokens: 2 });
+      });
+      await model.openai().chat.completions.create({ model: model.inferenceName(), messages: ask("outer again"), max_tokens: 2 });
+    });
+    assert.deepEqual(outer.messages().filter((m) => m.role === "user").map((m) => m.content), ["outer's call", "outer again"]);
+    assert.equal(outer.choices().length, 2);
+    assert.deepEqual(inner!.messages().filter((m) => m.role === "user").map((m) => m.content), ["inner's call"]);
+  });
+
+  it("drops a call still running when the rollout function returns, and says so in the trajectory's logs", async () => {
+    let late: Promise<unknown> | undefined;
+    const t = await model.rollout(async () => {
+      await model.openai().chat.completions.create({ model: model.inferenceName(), messages: ask("awaited"), max_tokens: 2 });
+      late = model.openai().chat.completions.create({ model: model.inferenceName(), messages: ask("not awaited"), max_tokens: 8 });
+    });
+    const before = JSON.stringify(t.messagesAndChoices);
+    const answer = (await late) as OpenAI.Chat.Completions.ChatCompletion;
+    assert.ok(answer.choices[0], "the caller still gets its answer");
+    assert.equal(JSON.stringify(t.messagesAndChoices), before, "nothing lands in the trajectory after the rollout returned");
+    assert.equal(t.choices().length, 1);
+    // Said once, whether the call had reached the fetch when the function returned or only after.
+    assert.equal(t.logs.filter((line) => /not recorded\. Await every call inside the rollout/.test(line)).length, 1, t.logs.join("\n"));
+    // A stream the rollout started but did not read to its end is still running when it returns.
+    let unread: AsyncIterable<unknown> | undefined;
+    const opened = await model.rollout(async () => {
+      unread = await model.openai().chat.completions.create({ model: model.inferenceName(), messages: ask("stream"), max_tokens: 8, stream: true });
+    });
+    for await (const _chunk of unread!) { /* read after the rollout: not recorded */ }
+    assert.equal(opened.choices().length, 0);
+    assert.ok(opened.logs.some((line) => /^1 model call\(s\) still running .* not recorded/.test(line)), opened.logs.join("\n"));
+    // A rollout whose calls all finished says nothing.
+    const clean = await model.rollout(async () => {
+      await model.openai().chat.completions.create({ model: model.inferenceName(), messages: ask("awaited"), max_tokens: 2 });
+    });
+    assert.deepEqual(clean.logs, []);
+  });
+
   it("records through model.fetch for any client, and not a call the server refused", async () => {
     const client = new OpenAI({ baseURL: model.baseURL, apiKey: model.apiKey, fetch: model.fetch });
     const t = await model.rollout(async () => {
