@@ -69,8 +69,8 @@ def test_a_large_body_without_the_token_is_refused_unread_without_stalling_the_s
     report("30 MB body without a token (x3): answer time, /health meanwhile, memory", statuses, hang=worst > 0.5,
            wrong=", ".join(w for w in [f"{max(seconds):.1f} s to answer" if max(seconds) > 1 else "",
                                       f"+{grown:.0f} MB" if grown > 50 else ""] if w))
-    # The client sees the 401, or (sending on after the server closed) a reset connection; never a wait.
-    assert all(s in (401, RESET) for s in statuses) and 401 in statuses, statuses
+    # The client sees the 401 (the server closes gracefully: no reset loses it), at once.
+    assert statuses == [401, 401, 401], statuses
     assert max(seconds) < 1 and worst < 0.5 and grown < 50
 
 
@@ -85,8 +85,7 @@ def test_every_route_refuses_a_request_without_the_token_before_reading_its_body
         chunks = (b"x" * 65536 for _ in range(64))
         statuses["chunked 4 MB"] = status_of(attempt(lambda: c.post("/v1/art/models/x/train", content=chunks)))
     report("'{not json', a wrong token, a chunked 4 MB body, without the token, on every route", list(statuses.values()))
-    assert set(statuses.values()) <= {401, RESET} and 401 in statuses.values(), statuses
-    assert all(s == 401 for k, s in statuses.items() if "not JSON" in k or "wrong token" in k), statuses
+    assert set(statuses.values()) == {401}, statuses
 
 
 def test_request_heads_are_bounded_in_bytes_and_count(srv):
@@ -145,7 +144,7 @@ def test_clients_that_do_send_their_requests_see_no_change(srv):
         def pieces():
             body = b'{"model": "builtin:tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}'
             for i in range(0, len(body), 30):
-                time.sleep(BODY_TIMEOUT / 2)
+                time.sleep(BODY_TIMEOUT / 4)
                 yield body[i:i + 30]
 
         slow = c.post("/v1/chat/completions", content=pieces(), headers={"Content-Type": "application/json"}).status_code

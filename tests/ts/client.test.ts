@@ -6,6 +6,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
+import { z } from "zod";
 import {
   BadTrajectoryError,
   gatherTrajectoryGroups,
@@ -231,6 +232,12 @@ describe("TrainableModel on a LocalBackend", () => {
     const remote = new RemoteBackend({ url: backend.url, token: "wrong" });
     const model = new TrainableModel({ name: "intruder", project: "client-tests", baseModel: "builtin:tiny" });
     await assert.rejects(model.register(remote), UnauthorizedError);
+    // A large body too: the server answers from the headers and closes without reading it, gracefully
+    // enough that the 401 arrives (not a reset connection), whatever the size.
+    for (const megabytes of [2, 5, 20, 2, 5, 20]) {
+      await assert.rejects(remote.request("POST", "/v1/art/models/intruder/log", z.unknown(), { padding: "x".repeat(megabytes << 20) }),
+        UnauthorizedError);
+    }
   });
 
   it("reuses the server already running on a data dir", async () => {

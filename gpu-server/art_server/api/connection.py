@@ -3,7 +3,12 @@ network needs and uvicorn does not set. The request head (request line and heade
 bytes and in count (431), it must arrive within a deadline from its first byte, and while a body
 is being received the client may not pause longer than an idle limit (408; the connection then
 closes). Without them a client that never finishes its request holds a connection and whatever
-it sent for as long as it likes (an 8 MB header, 20,000 headers, or a few bytes a minute)."""
+it sent for as long as it likes (an 8 MB header, 20,000 headers, or a few bytes a minute).
+
+A connection closed while its client is still sending (a 401 before the body, a 431) closes
+gracefully, as nginx's lingering close does: the answer is sent and the server's side shut, then
+what still arrives is read and dropped for up to LINGER_S. Closed at once, the kernel would reset
+the connection and the client could lose the answer with the data it had not sent yet."""
 
 from __future__ import annotations
 
@@ -14,6 +19,9 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from .errors import error_body
+
+
+LINGER_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -29,6 +37,23 @@ def bounded_protocol(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
     return type("BoundedHttpProtocol", (BoundedHttpProtocol,), {"limits": limits})
 
 
+class _ClosingGracefully:
+    """The connection's transport as uvicorn sees it: its close() is the protocol's graceful one."""
+
+    def __init__(self, transport: Any, protocol: BoundedHttpProtocol):
+        self.raw = transport
+        self._protocol = protocol
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+    def close(self) -> None:
+        self._protocol.close_gracefully()
+
+    def is_closing(self) -> bool:
+        return self._protocol.lingering or self.raw.is_closing()
+
+
 class BoundedHttpProtocol(HttpToolsProtocol):
     limits = ConnectionLimits()
 
@@ -40,11 +65,13 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._head_timer: Any = None
         self._body_timer: Any = None
         self._body_seen = 0.0  # loop time of the last body bytes
+        self._body_incoming = False  # a request's head is in and its body is not
         self._refused = False
+        self.lingering = False
 
     # -- connection ------------------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
-        super().connection_made(transport)
+        super().connection_made(_ClosingGracefully(transport, self))
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -52,7 +79,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._refused:
+        if self._refused or self.lingering:  # dropped unread
             return
         if self._in_head:
             self._head_bytes += len(data)
@@ -93,6 +120,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         if size > self.limits.max_head_bytes:
             return self._refuse(431, f"the request head is over {self.limits.max_head_bytes} bytes (--max-header-bytes)")
         if any((n == b"content-length" and v.strip() not in (b"", b"0")) or n == b"transfer-encoding" for n, v in self.headers):
+            self._body_incoming = True
             self._body_seen = self.loop.time()
             self._body_timer = self.loop.call_later(self.limits.body_timeout_s, self._body_deadline)
         super().on_headers_complete()
@@ -106,6 +134,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         if self._refused:
             return
         self._cancel(body=True)
+        self._body_incoming = False
         self._in_head = True  # what comes next on this connection is the next request's head
         super().on_message_complete()
 
@@ -119,7 +148,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             return
         if self._head_bytes == 0:  # nothing sent yet: close quietly (a 408 could pass for the answer to a request sent now)
             self._refused = True
-            self.transport.close()
+            self.transport.raw.close()
             return
         self._refuse(408, f"the request head did not arrive within {self.limits.head_timeout_s:g} s (--header-timeout)")
 
@@ -164,4 +193,19 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         if current is not None and not current.response_complete:
             current.disconnected = True  # the app reads a disconnect, and what it sends is dropped
         self.logger.info("%s: %d %s", "%s:%d" % self.client if self.client else "client", status, message)
-        self.transport.close()
+        self.close_gracefully()
+
+    def close_gracefully(self) -> None:
+        """Closes the connection; while its client may still be sending, after a linger (see above)."""
+        raw = self.transport.raw
+        if self.lingering or raw.is_closing():
+            return
+        if not (self._body_incoming or (self._in_head and self._head_bytes)):
+            raw.close()
+            return
+        self.lingering = True
+        self._cancel_timers()
+        if raw.can_write_eof():
+            raw.write_eof()  # the answer goes out, then the server's side of the connection is shut
+        raw.resume_reading()
+        self.loop.call_later(LINGER_S, raw.close)
