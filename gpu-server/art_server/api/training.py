@@ -66,11 +66,11 @@ async def _stream(lines: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
 
 @router.post("/register", summary="Register a trainable model (creates step 0) or resume it at its latest step")
 async def register(body: RegisterRequest, request: Request) -> dict[str, Any]:
-    for field, value in (("name", body.name), ("project", body.project)):
+    for param, kind, value in (("name", "model", body.name), ("project", "project", body.project)):
         try:
-            check_name("model" if field == "name" else "project", value)
+            check_name(kind, value)
         except NameError_ as error:
-            raise ApiError(400, str(error), "invalid_value", field) from None
+            raise ApiError(400, str(error), "invalid_value", param) from None
     lora = LoraSpec(**body.lora.model_dump()) if body.lora else None
     try:
         return await manager_of(request).training.register(body.name, body.project, body.base_model, lora)
