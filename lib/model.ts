@@ -246,9 +246,13 @@ export class TrainableModel implements ChatModel {
 
   /** The latest step, asked of the backend. */
   async getStep(): Promise<number> {
-    const info = await this.backend.request("GET", `/v1/art/models/${encodeURIComponent(this.name)}`, ModelInfo);
+    const info = await this.info();
     this.step = info.step;
     return info.step;
+  }
+
+  private info(): Promise<ModelInfo> {
+    return this.backend.request("GET", `/v1/art/models/${encodeURIComponent(this.name)}`, ModelInfo);
   }
 
   /** The backend's OpenAI-compatible base URL (`<server>/v1`). */
@@ -417,10 +421,10 @@ export class TrainableModel implements ChatModel {
     let outcome = "call model.getStep() once the server answers to see whether the step was saved";
     try {
       const deadline = Date.now() + 30_000;
-      let info = await this.backend.request("GET", `/v1/art/models/${encodeURIComponent(this.name)}`, ModelInfo);
+      let info = await this.info();
       while (info.training && Date.now() < deadline) {
         await new Promise((resolve) => setTimeout(resolve, 200));
-        info = await this.backend.request("GET", `/v1/art/models/${encodeURIComponent(this.name)}`, ModelInfo);
+        info = await this.info();
       }
       this.step = info.step;
       if (!info.training) {
