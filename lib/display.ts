@@ -78,12 +78,14 @@ export interface PlotlyFigure {
 /** The MIME type JupyterLab renders natively when the Python `plotly` package is installed. */
 export const PLOTLY_MIME = "application/vnd.plotly.v1+json";
 
-let plotlyEmbedded = false;
-
 function scriptSafe(text: string): string {
   return text.replace(/<\/script/gi, "<\\/script").replace(/<!--/g, "<\\!--");
 }
 
+/**
+ * plotly.js as one inline `<script>` (~4.8 MB), for standalone pages that no Jupyter server
+ * serves (an HTML export). Notebook outputs never carry it: see {@link plotlyHtml}.
+ */
 function plotlyLibraryScript(): string {
   let file: string;
   try {
@@ -98,22 +100,36 @@ function plotlyLibraryScript(): string {
     `(window.__artPlotlyQueue||[]).forEach(function(f){f();});window.__artPlotlyQueue=[];})();</script>`;
 }
 
+/** Where JupyterLab's server hands out plotly.js (set up by `npm run setup`), relative to its base URL. */
+export const PLOTLY_STATIC_PATH = "static/plotly.min.js";
+
+// Loads plotly.js into a JupyterLab page once, from the Jupyter server (the page's base URL is in
+// its #jupyter-config-data), then draws every queued chart. Pages without that config (an HTML
+// export, another front end) keep the note until plotly.js arrives some other way.
+const LOAD_PLOTLY = `function load(){if(window.__artPlotlyLoading)return;var c=document.getElementById("jupyter-config-data");` +
+  `if(!c)return;window.__artPlotlyLoading=true;var base="/";try{base=JSON.parse(c.textContent).baseUrl||"/";}catch(e){}` +
+  `var s=document.createElement("script");var d=window.define;window.define=undefined;` +
+  `s.src=base.replace(/\\/?$/,"/")+${JSON.stringify(PLOTLY_STATIC_PATH)};` +
+  `s.onload=function(){window.define=d;var q=window.__artPlotlyQueue||[];window.__artPlotlyQueue=[];q.forEach(function(f){f();});};` +
+  `s.onerror=function(){window.define=d;window.__artPlotlyLoading=false;};document.head.appendChild(s);}`;
+
 /**
- * The `text/html` fallback of a figure: a div and a script that draws into it once plotly.js is
- * loaded; with `embedLibrary`, plotly.js itself (~4.8 MB) comes first (standalone pages).
+ * The `text/html` form of a figure: a div and a script that draws into it with plotly.js, loading
+ * the library from the Jupyter server the first time a page needs it; with `embedLibrary`,
+ * plotly.js itself (~4.8 MB) comes first (standalone pages).
  */
 export function plotlyHtml(figure: PlotlyFigure, divId: string, embedLibrary: boolean): string {
   const height = typeof figure.layout?.height === "number" ? figure.layout.height : 420;
   const args = [JSON.stringify(divId), JSON.stringify(figure.data), JSON.stringify(figure.layout ?? {}),
     JSON.stringify({ responsive: true, ...(figure.config ?? {}) })].map(scriptSafe).join(",");
-  // The note shows only where plotly.js never loads (e.g. a page reloaded during a run, whose
-  // library output is no longer trusted); drawing removes it.
+  // The note shows only where plotly.js never loads (a front end without the Jupyter server's
+  // static files, or an untrusted page); drawing removes it.
   const draw = `<div id="${divId}" class="art-plotly" style="width:100%;height:${height}px">` +
     `<span class="art-plotly-wait" style="font-size:12px;opacity:.6">${escapeHtml(plotlyText(figure))}: plotly.js is not loaded ` +
-    `in this page yet; the chart is drawn at the end of the run</span></div>` +
+    `in this page</span></div>` +
     `<script>(function(){function draw(){var d=document.getElementById(${JSON.stringify(divId)});if(!d)return;` +
-    `var w=d.querySelector(".art-plotly-wait");if(w)w.remove();window.Plotly.newPlot(${args});}` +
-    `if(window.Plotly){draw();}else{(window.__artPlotlyQueue=window.__artPlotlyQueue||[]).push(draw);}})();</script>`;
+    `var w=d.querySelector(".art-plotly-wait");if(w)w.remove();window.Plotly.newPlot(${args});}${LOAD_PLOTLY}` +
+    `if(window.Plotly){draw();}else{(window.__artPlotlyQueue=window.__artPlotlyQueue||[]).push(draw);load();}})();</script>`;
   return (embedLibrary ? plotlyLibraryScript() : "") + draw;
 }
 
@@ -142,12 +158,6 @@ export function showPlotly(figure: PlotlyFigure, handle: DisplayHandle = new Dis
     if (!options.live) console.log(plotlyText(figure));
     return;
   }
-  // plotly.js goes into an output of its own, once per kernel session: a chart redrawn in place
-  // during training then sends a few KB per update, and the library stays in the saved notebook.
-  if (!plotlyEmbedded) {
-    new DisplayHandle().show({ "text/html": plotlyLibraryScript(), "text/plain": "" });
-    plotlyEmbedded = true;
-  }
   const html = plotlyHtml(figure, `${handle.id}-${Date.now().toString(36)}`, false);
   handle.show(options.live ? { "text/html": html, "text/plain": plotlyText(figure) } : {
     [PLOTLY_MIME]: { data: figure.data, layout: figure.layout ?? {}, config: figure.config ?? {} },
@@ -174,9 +184,12 @@ function toRows(input: TableInput): { columns: string[]; rows: unknown[][] } {
   return { columns, rows: records.map((record) => columns.map((c) => record[c])) };
 }
 
-function cellText(value: unknown, digits: number): string {
+/** Decimals shown for fractional numbers, or "exact" for every number as JavaScript writes it (3e-4 as 0.0003). */
+export type TableDigits = number | "exact";
+
+function cellText(value: unknown, digits: TableDigits): string {
   if (value === undefined || value === null) return "";
-  if (typeof value === "number") return Number.isInteger(value) ? String(value) : value.toFixed(digits);
+  if (typeof value === "number") return Number.isInteger(value) || digits === "exact" ? String(value) : value.toFixed(digits);
   if (typeof value === "object") return JSON.stringify(value);
   return String(value);
 }
@@ -187,7 +200,7 @@ export function escapeHtml(text: string): string {
 }
 
 /** Formats a table as aligned plain text (numbers right-aligned). */
-export function tableText(input: TableInput, options: { maxRows?: number; digits?: number } = {}): string {
+export function tableText(input: TableInput, options: { maxRows?: number; digits?: TableDigits } = {}): string {
   const { columns, rows } = toRows(input);
   const digits = options.digits ?? 3;
   const shown = rows.slice(0, options.maxRows ?? 50);
@@ -201,7 +214,7 @@ export function tableText(input: TableInput, options: { maxRows?: number; digits
 }
 
 /** Formats a table as an HTML `<table>`. */
-export function tableHtml(input: TableInput, options: { maxRows?: number; digits?: number } = {}): string {
+export function tableHtml(input: TableInput, options: { maxRows?: number; digits?: TableDigits } = {}): string {
   const { columns, rows } = toRows(input);
   const digits = options.digits ?? 3;
   const shown = rows.slice(0, options.maxRows ?? 50);
@@ -212,7 +225,7 @@ export function tableHtml(input: TableInput, options: { maxRows?: number; digits
 }
 
 /** Shows a table (records or a danfo DataFrame) as HTML in a notebook, aligned text elsewhere. */
-export function showTable(input: TableInput, options: { maxRows?: number; digits?: number } = {}): void {
+export function showTable(input: TableInput, options: { maxRows?: number; digits?: TableDigits } = {}): void {
   displayBundle({ "text/html": tableHtml(input, options), "text/plain": tableText(input, options) });
 }
 

@@ -19,6 +19,17 @@ export interface GatherOptions {
   afterEach?: (group: TrajectoryGroup) => void | Promise<void>;
   /** The progress line's label, or false for none (default "rollouts"). */
   progress?: string | false;
+  /** Called as rollouts finish (and once before the first), e.g. to show progress of your own. */
+  onProgress?: (state: GatherProgress) => void;
+}
+
+/** Where a gathering stands: rollouts finished of all, their mean reward so far, exceptions. */
+export interface GatherProgress {
+  done: number;
+  total: number;
+  /** Mean reward of the finished rollouts (NaN before the first). */
+  reward: number;
+  exceptions: number;
 }
 
 const GatherOptionsSchema = z.object({
@@ -26,6 +37,7 @@ const GatherOptionsSchema = z.object({
   concurrency: z.number().int().min(1).max(100_000).optional(),
   afterEach: functionOption<(group: TrajectoryGroup) => void | Promise<void>>().optional(),
   progress: z.union([z.string(), z.literal(false)]).optional(),
+  onProgress: functionOption<(state: GatherProgress) => void>().optional(),
 }).strict();
 
 /** Gathering failed: more rollouts threw than `maxExceptions` allows. Carries every error; `cause` is the first. */
@@ -83,6 +95,12 @@ async function gather(call: string, groups: Iterable<TrajectoryGroup>, input: Ga
     return { done, total, detail: `reward ${mean} · exceptions ${errors.length} · ${Math.round(tokens / seconds)} tok/s` };
   };
 
+  const report = () => {
+    const succeeded = done - errors.length;
+    options.onProgress?.({ done, total, reward: succeeded > 0 ? rewardSum / succeeded : Number.NaN, exceptions: errors.length });
+  };
+  report();
+
   const finishOne = (group: TrajectoryGroup) => {
     const left = (pendingPerGroup.get(group) ?? 1) - 1;
     pendingPerGroup.set(group, left);
@@ -109,6 +127,7 @@ async function gather(call: string, groups: Iterable<TrajectoryGroup>, input: Ga
       }
       done += 1;
       progress?.update(state());
+      report();
       finishOne(job.group);
     }
   };

@@ -68,6 +68,16 @@ export interface PlotHistoryOptions {
   smoothing?: number;
   /** The chart's title. */
   title?: string;
+  /** A line of small print under the title (e.g. what each split measures). */
+  caption?: string;
+  /** Vertical lines at steps, each labelled (e.g. where a re-run of the training cell began). */
+  marks?: ChartMark[];
+}
+
+/** A labelled vertical line on a chart's step axis. */
+export interface ChartMark {
+  step: number;
+  label: string;
 }
 
 /**
@@ -90,6 +100,17 @@ function isEvaluationSplit(split: string): boolean {
   return /(^|[^a-z])(val|eval|test)([^a-z]|$)/i.test(split);
 }
 
+/** `text` in lines of at most `width` characters, broken between words. */
+function wrapWords(text: string, width: number): string[] {
+  const lines: string[] = [];
+  for (const word of text.split(/\s+/).filter(Boolean)) {
+    const last = lines[lines.length - 1];
+    if (last !== undefined && last.length + 1 + word.length <= width) lines[lines.length - 1] = `${last} ${word}`;
+    else lines.push(word);
+  }
+  return lines;
+}
+
 /**
  * The figure {@link plotHistory} draws: one panel per metric, stacked, sharing the step axis (so
  * no two y-axes sit on the same edge); each training split as its per-step line with a smoothed
@@ -100,19 +121,32 @@ export function historyFigure(history: HistoryInput, metrics: string[] = ["rewar
   const rows = asRows(history);
   // Training splits first, so they keep the first colour whichever split logged first.
   const splits = [...new Set(rows.map((r) => String(r.split)))].sort((a, b) => Number(isEvaluationSplit(a)) - Number(isEvaluationSplit(b)));
-  const lastStep = Math.max(0, ...rows.map((r) => Number(r.step)).filter(Number.isFinite));
+  const steps = rows.map((r) => Number(r.step)).filter(Number.isFinite);
+  const firstStep = Math.min(0, ...steps);
+  const lastStep = Math.max(0, ...steps);
   const weight = options.smoothing ?? 0.6;
+  const caption = options.caption ? wrapWords(options.caption, 80) : [];
   const panels = Math.max(1, metrics.length);
   const panelHeight = (1 - PANEL_GAP * (panels - 1)) / panels;
   const data: PlotlyFigure["data"] = [];
   const layout: Record<string, unknown> = {
-    title: { text: options.title ?? (metrics.length === 1 ? `${metrics[0]} per step` : "metrics per step"), x: 0.01, xanchor: "left" },
+    // The title (and the caption's lines under it) at the top; the legend's row below them.
+    title: { text: options.title ?? (metrics.length === 1 ? `${metrics[0]} per step` : "metrics per step"), x: 0.01, xanchor: "left",
+      y: 1, yref: "container", yanchor: "top", pad: { t: 10 },
+      ...(caption.length ? { subtitle: { text: caption.join("<br>"), font: { size: 11 } } } : {}) },
     height: 320 + 190 * (panels - 1),
-    margin: { t: 70, b: 50, l: 70, r: 20 },
+    margin: { t: 70 + 15 * caption.length, b: 50, l: 70, r: 20 },
     legend: { orientation: "h", x: 1, xanchor: "right", y: 1, yanchor: "bottom" },
     hovermode: "x unified",
     // Steps are whole numbers: a tick per step on short runs, plotly's round numbers on long ones.
-    xaxis: { title: { text: "step" }, anchor: panels === 1 ? "y" : `y${panels}`, rangemode: "tozero", ...(lastStep <= 20 ? { dtick: 1 } : {}) },
+    // Half a step of room at both ends, so the markers at the first and last step are not cut.
+    xaxis: { title: { text: "step" }, zeroline: false, anchor: panels === 1 ? "y" : `y${panels}`, range: [firstStep - 0.5, Math.max(lastStep, firstStep + 1) + 0.5],
+      ...(lastStep - firstStep <= 20 ? { dtick: 1 } : {}) },
+    shapes: (options.marks ?? []).map((m) => ({ type: "line", xref: "x", yref: "paper", x0: m.step, x1: m.step, y0: 0, y1: 1,
+      line: { color: "#888", width: 1, dash: "dash" } })),
+    // Inside the plot's top edge, so a mark near the right end cannot run into the legend.
+    annotations: (options.marks ?? []).map((m) => ({ x: m.step, xref: "x", y: 1, yref: "paper", yanchor: "top", xanchor: "left",
+      text: m.label, showarrow: false, font: { size: 10, color: "#666" }, bgcolor: "rgba(255,255,255,0.7)" })),
   };
   metrics.forEach((metric, k) => {
     const axis = k === 0 ? "y" : `y${k + 1}`;
@@ -134,8 +168,9 @@ export function historyFigure(history: HistoryInput, metrics: string[] = ["rewar
           marker: { color, size: 9, symbol: "diamond" }, hovertemplate: hover(`${split}/${metric}`), meta: { split, metric, smoothed: false } });
         return;
       }
+      // The per-step line keeps its name from the first point; the smoothed one joins at the third.
       const smoothed = weight > 0 && points.length >= 3;
-      data.push({ ...common, name: smoothed ? `${split} (per step)` : split, mode: "lines+markers", x, y,
+      data.push({ ...common, name: `${split} (per step)`, mode: "lines+markers", x, y,
         line: { color, width: smoothed ? 1 : 2 }, marker: { color, size: smoothed ? 4 : 6 }, opacity: smoothed ? 0.4 : 1,
         hovertemplate: hover(`${split}/${metric}`), meta: { split, metric, smoothed: false } });
       if (smoothed) {

@@ -6,8 +6,8 @@
 import { z } from "zod";
 import { DisplayHandle, ProgressLine } from "./display";
 import { summarize } from "./evaluate";
-import { gatherTrajectoryGroups } from "./gather";
-import { plotHistory } from "./history";
+import { type GatherProgress, gatherTrajectoryGroups } from "./gather";
+import { type ChartMark, plotHistory } from "./history";
 import { checkTrainOptions, TrainableModel, type TrainOptions } from "./model";
 import { functionOption, parseOptions } from "./options";
 import type { TrajectoryGroup } from "./trajectory";
@@ -50,9 +50,31 @@ export interface TrainLoopResult {
   chart: DisplayHandle;
 }
 
+// Where each run of a model's training cell began in this kernel, drawn as marks on its chart,
+// so a reward edit and re-run shows where the curve's rules changed.
+const runStarts = new Map<string, Array<{ step: number; at: Date }>>();
+
+function runMarks(model: TrainableModel, first: number): ChartMark[] {
+  const key = `${model.project}/${model.name}`;
+  const starts = runStarts.get(key) ?? [];
+  if (!starts.some((s) => s.step === first)) starts.push({ step: first, at: new Date() });
+  runStarts.set(key, starts);
+  const time = (d: Date) => `${String(d.getHours()).padStart(2, "0")}:${String(d.getMinutes()).padStart(2, "0")}`;
+  return starts.filter((s) => s.step > 0).map((s) => ({ step: s.step - 0.5, label: `run from step ${s.step} (${time(s.at)})` }));
+}
+
+function chartCaption(options: TrainLoopOptions): string {
+  const temperature = options.train?.temperature;
+  const train = `train: each step's sampled rollouts${temperature !== undefined ? ` (temperature ${temperature})` : ""}`;
+  if (!options.evaluate) return train;
+  return `${train} · val: the evaluation rollouts; greedy ones (temperature 0) usually score above sampled ones`;
+}
+
 /**
- * Runs `steps` GRPO steps. A progress line shows the step, its mean reward and the last
- * evaluation; the chart of `metrics` per step (train and val lines) is redrawn after every step.
+ * Runs `steps` GRPO steps. From the first second a progress line says what runs (evaluating,
+ * gathering a step's rollouts, training on them) with counts and the time; the chart of
+ * `metrics` per step (train and val) is redrawn after every step. A point at step s is the
+ * rollouts sampled by the model at step s; training on them makes step s + 1.
  */
 export async function trainLoop(options: TrainLoopOptions): Promise<TrainLoopResult> {
   parseOptions("trainLoop", TrainLoopOptionsSchema, options);
@@ -60,42 +82,72 @@ export async function trainLoop(options: TrainLoopOptions): Promise<TrainLoopRes
   const { model, steps } = options;
   const chart = options.chart ?? new DisplayHandle();
   const metrics = options.metrics ?? ["reward"];
-  const gather = { concurrency: options.concurrency ?? 64, progress: false as const };
-  const progress = new ProgressLine(`training ${model.name}`, { logIntervalMs: 10_000 });
   const started = Date.now();
+  const progress = new ProgressLine(`training ${model.name}`, { logIntervalMs: 10_000 });
+  let completed = 0;
+  let phase = "connecting";
+  let last = "";
+  const draw = () => {
+    const seconds = ((Date.now() - started) / 1000).toFixed(0);
+    progress.update({ done: completed, total: steps, detail: [phase, last, `${seconds} s`].filter(Boolean).join(" · ") });
+  };
+  draw();
+  const ticker = setInterval(draw, 1000); // the time moves even while one request runs long
+  const gathering = (what: string) => ({
+    concurrency: options.concurrency ?? 64,
+    progress: false as const,
+    onProgress: (p: GatherProgress) => {
+      phase = `${what} ${p.done}/${p.total} rollouts${p.exceptions ? ` (${p.exceptions} failed)` : ""}`;
+      draw();
+    },
+  });
   const first = await model.getStep();
+  const marks = runMarks(model, first);
+  const caption = chartCaption(options);
+  const plot = (rows: HistoryRow[], live: boolean) => plotHistory(rows, metrics, { chart, live, marks, caption });
   let lastVal = "";
-  const runEval = async () => {
-    const groups = await gatherTrajectoryGroups(options.evaluate!.groups(), gather);
+  const runEval = async (step: number) => {
+    const groups = await gatherTrajectoryGroups(options.evaluate!.groups(), gathering(`evaluating step ${step}:`));
     const row = await model.log(groups, { split: "val" });
-    lastVal = ` · val reward ${Number(row.reward).toFixed(3)}`;
+    lastVal = `val ${Number(row.reward).toFixed(3)} at step ${step}`;
   };
   let history: HistoryRow[] = [];
   try {
-    if (options.evaluate && first === 0) await runEval();
+    if (options.evaluate && first === 0) await runEval(0);
     // A run that continues (the cell re-run) shows its curve so far right away.
     history = await model.historyRows();
-    if (history.length) plotHistory(history, metrics, { chart, live: true });
+    if (history.length) plot(history, true);
     for (let i = 0; i < steps; i++) {
       const step = first + i;
-      const groups = await gatherTrajectoryGroups(options.groups(step), gather);
+      const groups = await gatherTrajectoryGroups(options.groups(step), gathering(`step ${step}: gathering`));
       const { reward } = summarize("train", groups.flatMap((g) => g.trajectories));
       // A role that never got to act in a game (e.g. an operative whose spymaster broke the rules)
       // has a trajectory without sampled tokens: there is nothing to train on it, so it is left out.
       for (const group of groups) group.trajectories = group.trajectories.filter((t) => t.choices().length > 0);
       const trainable = groups.filter((g) => g.trajectories.length > 0);
-      if (trainable.length) await model.train(trainable, { ...options.train, progress: false });
-      if (options.evaluate && ((i + 1) % options.evaluate.every === 0 || i === steps - 1)) await runEval();
+      phase = `step ${step}: training`;
+      draw();
+      if (trainable.length) {
+        await model.train(trainable, { ...options.train, progress: false, onEvent: (event) => {
+          if (event.type === "progress") phase = `step ${step}: training (gradient step ${event.gradientStep}/${event.gradientSteps})`;
+          options.train?.onEvent?.(event);
+        } });
+      }
+      completed = i + 1;
+      last = `step ${step} reward ${reward.toFixed(3)}${lastVal ? ` · ${lastVal}` : ""}`;
+      if (options.evaluate && ((i + 1) % options.evaluate.every === 0 || i === steps - 1)) await runEval(step + 1);
+      last = `step ${step} reward ${reward.toFixed(3)}${lastVal ? ` · ${lastVal}` : ""}`;
+      phase = i + 1 < steps ? `step ${step + 1}: starting` : "";
       history = await model.historyRows();
-      plotHistory(history, metrics, { chart, live: true });
-      const seconds = (Date.now() - started) / 1000;
-      progress.update({ done: i + 1, total: steps, detail: `step ${step + 1} · reward ${reward.toFixed(3)}${lastVal} · ${seconds.toFixed(0)} s` });
+      plot(history, true);
+      draw();
     }
   } finally {
+    clearInterval(ticker);
     // The last drawing is a plotly bundle, which the saved notebook keeps (also after an error).
-    if (history.length) plotHistory(history, metrics, { chart });
+    if (history.length) plot(history, false);
   }
   const seconds = (Date.now() - started) / 1000;
-  progress.finish({ done: steps, total: steps, detail: `${lastVal.slice(3)} · ${seconds.toFixed(0)} s` });
+  progress.finish({ done: completed, total: steps, detail: [last, `${seconds.toFixed(0)} s`].filter(Boolean).join(" · ") });
   return { history, seconds, chart };
 }

@@ -6,6 +6,8 @@
  */
 import { showTable } from "./display";
 import { ArtError } from "./errors";
+import { notice } from "./notice";
+import { editDistance } from "./options";
 
 export type ParamValue = string | number | boolean;
 
@@ -34,6 +36,35 @@ function parseAs(example: ParamValue, raw: string, variable: string): ParamValue
     throw new ParameterError(`${variable}=${JSON.stringify(raw)} is not a boolean (use 1/0, true/false)`);
   }
   return raw;
+}
+
+/**
+ * `ART_` variables that the project's own tools read (the server's flags, set-up, the kernel,
+ * connectBackend, the tests), so a notebook that has no parameter of that name stays quiet about them.
+ */
+export const PROJECT_VARIABLES: ReadonlySet<string> = new Set([
+  // the server (gpu-server/art_server/config.py: one per flag) and the clients that start or reach it
+  "ART_BASE_MODEL", "ART_BODY_TIMEOUT", "ART_DATA_DIR", "ART_DEVICE", "ART_DOCS", "ART_DTYPE", "ART_ENGINE", "ART_HEADER_TIMEOUT",
+  "ART_HOST", "ART_LOG_LEVEL", "ART_MAX_BATCH_SIZE", "ART_MAX_BODY_BYTES", "ART_MAX_HEADERS", "ART_MAX_HEADER_BYTES", "ART_MAX_N",
+  "ART_MODEL_CACHE", "ART_PORT", "ART_SERVER_TOKEN", "ART_VLLM_ARGS", "ART_VLLM_COMMAND", "ART_VLLM_GPU_MEMORY_UTILIZATION",
+  "ART_VLLM_MAX_LORA_RANK", "ART_VLLM_STARTUP_TIMEOUT", "ART_SERVER_COMMAND", "ART_SERVER_URL", "ART_FAULT", "ART_ENGINE_THREADS",
+  "ART_BASELINE_MODEL", "ART_BASELINE_BASE_URL", "ART_BASELINE_API_KEY",
+  // set-up, JupyterLab, the kernel, the tests
+  "ART_EXTRAS", "ART_TORCH", "ART_PYTHON", "ART_CHROMIUM", "ART_LAB_IP", "ART_LAB_PORT", "ART_LAB_TOKEN", "ART_TS_KERNEL",
+  "ART_PROJECT_ROOT", "ART_SMOKE", "ART_NOTEBOOK_CELL_TIMEOUT", "ART_FUZZ_EXAMPLES", "ART_KEEP_PACKAGE_TEST", "ART_RELIABILITY_REPORT",
+]);
+
+/** The candidate closest to `name` when it is close enough to be a likely typo or a near name, else undefined. */
+export function closestName(name: string, candidates: Iterable<string>): string | undefined {
+  let best: { candidate: string; score: number } | undefined;
+  for (const candidate of candidates) {
+    const score = 1 - editDistance(name, candidate) / Math.max(name.length, candidate.length);
+    // A name inside the other (ART_STEPS in ART_RL_STEPS) counts as close, whatever the length.
+    const contained = candidate.includes(name.replace(/^ART_/, "_")) || name.includes(candidate.replace(/^ART_/, "_"));
+    const adjusted = contained ? Math.max(score, 0.7) : score;
+    if (adjusted >= 0.6 && (!best || adjusted > best.score)) best = { candidate, score: adjusted };
+  }
+  return best?.candidate;
 }
 
 /** True when `ART_SMOKE` asks for the short configuration. */
@@ -67,6 +98,15 @@ export function notebookParams<T extends Record<string, ParamValue>>(defaults: T
     values[key] = value;
     rows.push({ parameter: key, value, from: source, variable });
   }
-  if (options.show ?? true) showTable(rows);
+  // An ART_ variable that no parameter reads was most likely meant for one (ART_STEPS where the
+  // notebook's parameter is rlSteps): say so, rather than run with the default in silence.
+  const variables = new Map(Object.keys(defaults).map((key) => [envName(key), key]));
+  for (const name of Object.keys(env).filter((n) => n.startsWith("ART_")).sort()) {
+    if (variables.has(name) || PROJECT_VARIABLES.has(name)) continue;
+    const close = closestName(name, variables.keys());
+    notice(`${name} is set, but no parameter of this notebook reads it` +
+      (close ? `: did you mean ${close} (${variables.get(close)})?` : ` (its parameters are in the table below)`), { key: `unread ${name}` });
+  }
+  if (options.show ?? true) showTable(rows, { digits: "exact" });
   return { ...(values as T), smoke };
 }

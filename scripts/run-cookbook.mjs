@@ -5,17 +5,10 @@
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
+import { exportHtml } from "./html-export.mjs";
 import { ROOT, VENV_BIN, venvEnv } from "./project.mjs";
 
 const ALL = ["tictactoe", "2048", "codenames", "sft-then-rl", "bring-your-own-agent"];
-const STRIP_PLOTLY_LIBRARY = `
-import sys, nbformat
-nb = nbformat.read(sys.argv[1], as_version=4)
-for cell in nb.cells:
-    if cell.cell_type == "code":
-        cell.outputs = [o for o in cell.outputs if "window.define=undefined" not in o.get("data", {}).get("text/html", "")]
-nbformat.write(nb, sys.argv[1])
-`;
 /** Outputs name the run's data dir; committed results say it relative to the project root. */
 function stripMachinePaths(file) {
   const text = fs.readFileSync(file, "utf8");
@@ -45,12 +38,8 @@ for (const name of names) {
     process.exit(1);
   }
   const executed = path.join(outDir, `${name}.ipynb`);
-  const html = spawnSync(jupyter, ["nbconvert", "--to", "html", executed, "--output-dir", outDir], { cwd: ROOT, env, stdio: "inherit" });
-  if (html.status !== 0) process.exit(1);
-  // The HTML export keeps plotly.js (it draws the charts there); the executed notebook drops its one
-  // inline copy (4.8 MB): JupyterLab draws the plotly bundle of each chart without it.
-  const strip = spawnSync(path.join(VENV_BIN, "python"), ["-c", STRIP_PLOTLY_LIBRARY, executed], { cwd: ROOT, env, stdio: "inherit" });
-  if (strip.status !== 0) process.exit(1);
+  // The HTML page carries plotly.js (no Jupyter server hands it out there); the notebook does not.
+  exportHtml(executed, outDir, { env });
   for (const file of [executed, path.join(outDir, `${name}.html`)]) stripMachinePaths(file);
   rows.push(`${name}: ${((Date.now() - started) / 1000).toFixed(0)} s`);
 }

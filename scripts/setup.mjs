@@ -229,6 +229,40 @@ function configureLab() {
   log(`JupyterLab: news and update checks off (${path.relative(ROOT, file)})`);
 }
 
+// 5c. Charts in a notebook draw with plotly.js, which JupyterLab's server hands to the page from
+// node_modules (<base>/static/plotly.min.js) instead of every notebook carrying a 4.8 MB copy.
+function configureJupyterServer() {
+  // jupyter_server reads its settings from jupyter_server_config.json (its .d folder is only for
+  // enabling extensions); other settings in the venv's file are kept.
+  const file = path.join(VENV, "etc", "jupyter", "jupyter_server_config.json");
+  const plotly = path.join(ROOT, "node_modules", "plotly.js-dist-min");
+  const config = readJson(file) ?? {};
+  const paths = config.ServerApp?.extra_static_paths ?? [];
+  if (paths.includes(plotly)) return log("Jupyter server serves plotly.js");
+  config.ServerApp = { ...(config.ServerApp ?? {}), extra_static_paths: [...paths, plotly] };
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  fs.writeFileSync(file, `${JSON.stringify(config, null, 2)}\n`);
+  log(`Jupyter server: plotly.js served from node_modules (${path.relative(ROOT, file)})`);
+}
+
+// 5d. Running a notebook must not turn its committed file into a diff of outputs: .gitattributes
+// sends notebooks through the "nbstripout" filter, defined here for this clone (git keeps filter
+// commands out of the repository). Outputs stay in the working file; notebooks/results/ is exempt.
+function configureGitFilter() {
+  if (!fs.existsSync(path.join(ROOT, ".git")) || run("git", ["--version"]).status !== 0) return log("not a git clone: no notebook filter");
+  const strip = `"${VENV_PYTHON}" -m nbstripout --keep-id`;
+  const want = [["filter.nbstripout.clean", strip], ["filter.nbstripout.smudge", "cat"], ["diff.ipynb.textconv", `${strip} -t`]];
+  const get = (key) => run("git", ["-C", ROOT, "config", "--local", "--get", key]).stdout.trim();
+  const missing = want.filter(([key, value]) => get(key) !== value);
+  if (!missing.length) return log("git filter for notebook outputs in place");
+  for (const [key, value] of missing) {
+    if (run("git", ["-C", ROOT, "config", "--local", key, value]).status !== 0) {
+      throw new SetupError("git filter", `git config ${key} failed`, "check that .git/config is writable, then re-run");
+    }
+  }
+  log("git: notebook outputs stay out of commits and diffs (nbstripout filter, .gitattributes)");
+}
+
 // 6. Chromium for the browser tests (Debian's package; browsers cannot be downloaded by npm here).
 function ensureChromium() {
   if (findChromium()) return log("chromium present");
@@ -270,6 +304,8 @@ function main() {
     ["pip", installPythonPackages],
     ["kernel", registerKernel],
     ["lab settings", configureLab],
+    ["jupyter server", configureJupyterServer],
+    ["git filter", configureGitFilter],
     ...(wantBrowser ? [["chromium", ensureChromium]] : []),
     ["dictionary", ensureDictionary],
   ];

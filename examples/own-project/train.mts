@@ -1,7 +1,7 @@
 // A training script in your own project (an ES module with top-level await): teach a model to
 // answer with an even digit. See "Use it in your own project" in the art-ts README.
 //
-//   npx tsx train.mts            run it (STEPS=20, ART_BASE_MODEL=builtin:tiny for a quick try)
+//   npx tsx train.mts            run it: 10 steps (STEPS=2 for a quick try; a re-run continues the model)
 //   npx tsc --noEmit             type-check it
 import { gatherTrajectoryGroups, LocalBackend, TrainableModel, Trajectory, TrajectoryGroup } from "art-ts";
 
@@ -35,8 +35,9 @@ try {
       new TrajectoryGroup(Array.from({ length: 8 }, (_, i) => () => rollout(step * 100 + g * 10 + i))));
     const gathered = await gatherTrajectoryGroups(groups, { progress: false });
     const result = await model.train(gathered, { learningRate: 5e-4, progress: false });
+    // A group whose rollouts all scored the same teaches GRPO nothing: the step then trains no group.
     console.log(`step ${result.fromStep} -> ${result.step}: reward ${result.metrics.reward?.toFixed(3)}, ` +
-      `answered ${Number(result.metrics.answered).toFixed(2)}`);
+      `answered ${Number(result.metrics.answered).toFixed(2)}, groups trained ${result.metrics.groupsTrained ?? 0}/${result.metrics.groups ?? 0}`);
   }
 } finally {
   await backend.close();

@@ -1,25 +1,21 @@
-// The kernel-check notebook as a person sees it: executed by nbconvert, exported to HTML, opened
-// in headless Chromium (Debian's chromium, driven by playwright-core). The chart must render as a
-// plotly SVG; a screenshot is kept in .artifacts/screenshots/ (git-ignored).
+// The kernel-check notebook as a person sees it: executed by nbconvert, exported to HTML the way
+// `npm run cookbook` exports its results (scripts/html-export.mjs), opened in headless Chromium
+// (Debian's chromium, driven by playwright-core). The chart must render as a plotly SVG; a
+// screenshot is kept in .artifacts/screenshots/ (git-ignored).
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { describe, it } from "node:test";
 import { pathToFileURL } from "node:url";
 import { chromium } from "playwright-core";
-import { ARTIFACTS, launchChromium, ROOT, VENV_BIN } from "./helpers";
+import { ARTIFACTS, exportHtml, launchChromium, ROOT } from "./helpers";
 
 describe("kernel-check notebook in a browser", () => {
   it("shows the plotly chart in the nbconvert HTML export", async () => {
     const outDir = path.join(ARTIFACTS, "browser");
     fs.mkdirSync(outDir, { recursive: true });
-    execFileSync(path.join(VENV_BIN, "jupyter"), ["nbconvert", "--to", "html", "--execute",
-      path.join(ROOT, "tests", "notebooks", "kernel-check.ipynb"), "--output-dir", outDir], {
-      env: { ...process.env, ART_SMOKE: "1" }, stdio: "pipe",
-    });
-    const html = path.join(outDir, "kernel-check.html");
-    assert.ok(fs.existsSync(html), "nbconvert wrote no HTML");
+    const html = exportHtml(path.join(ROOT, "tests", "notebooks", "kernel-check.ipynb"), outDir, { execute: true, env: { ART_SMOKE: "1" } });
+    assert.equal(fs.readFileSync(html, "utf8").split("window.define=undefined;\n").length - 1, 1, "plotly.js once, in the page's head");
 
     const browser = await launchChromium(chromium);
     try {

@@ -3,7 +3,9 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { z } from "zod";
-import { envName, extractTag, notebookParams, ParameterError, parseTagged, randomChoice, randomInt, rng, shuffled, summarize, takeTurn, Trajectory } from "../../lib/index";
+import fs from "node:fs";
+import path from "node:path";
+import { closestName, envName, extractTag, notebookParams, ParameterError, PROJECT_VARIABLES, tableText, parseTagged, randomChoice, randomInt, rng, shuffled, summarize, takeTurn, Trajectory } from "../../lib/index";
 
 describe("notebookParams", () => {
   const defaults = { baseModel: "builtin:tiny", steps: 100, learningRate: 1e-2, fresh: true };
@@ -24,6 +26,41 @@ describe("notebookParams", () => {
     assert.throws(() => notebookParams(defaults, { env: { ART_STEPS: "many" }, show: false }), (e: Error) =>
       e instanceof ParameterError && e.message.includes("ART_STEPS") && e.message.includes("not a number"));
     assert.throws(() => notebookParams(defaults, { env: { ART_FRESH: "maybe" }, show: false }), /ART_FRESH.*boolean/);
+  });
+  it("shows numbers as they were written (3e-4 is 0.0003, not 0.000)", () => {
+    const rows = [{ parameter: "learningRate", value: 3e-4 }, { parameter: "sftLearningRate", value: 5e-4 }, { parameter: "steps", value: 16 }];
+    const text = tableText(rows, { digits: "exact" });
+    for (const shown of ["0.0003", "0.0005", "16"]) assert.ok(text.includes(shown), `${shown} missing from\n${text}`);
+  });
+  it("names the close parameter of an ART_ variable that no parameter reads, once per variable", () => {
+    const lines: string[] = [];
+    const warn = console.warn;
+    console.warn = (line: string) => lines.push(line);
+    try {
+      const rl = { rlSteps: 16, learningRate: 3e-4 };
+      notebookParams(rl, { env: { ART_STEPS: "6", ART_RL_STEPZ_UNUSED_OTHER: "1", ART_SERVER_URL: "http://x", ART_SMOKE: "1" }, show: false });
+      notebookParams(rl, { env: { ART_STEPS: "6" }, show: false });
+    } finally {
+      console.warn = warn;
+    }
+    assert.equal(lines.filter((l) => l.includes("ART_STEPS")).length, 1, lines.join("\n"));
+    assert.match(lines.find((l) => l.includes("ART_STEPS"))!, /did you mean ART_RL_STEPS \(rlSteps\)\?/);
+    assert.ok(!lines.some((l) => /ART_SERVER_URL|ART_SMOKE/.test(l)), "the project's own variables are not parameters to suggest");
+    assert.equal(closestName("ART_LEARNIGN_RATE", ["ART_LEARNING_RATE", "ART_STEPS"]), "ART_LEARNING_RATE");
+    assert.equal(closestName("ART_DEVICE_X", ["ART_STEPS"]), undefined);
+  });
+  it("knows every ART_ variable the server and the project's tools read", () => {
+    const root = path.resolve(__dirname, "../..");
+    const read = new Set<string>();
+    const config = fs.readFileSync(path.join(root, "gpu-server/art_server/config.py"), "utf8");
+    for (const m of config.matchAll(/_env\("([A-Z0-9_]+)"/g)) read.add(`ART_${m[1]}`);
+    const sources = ["lib", "scripts", "kernel", "gpu-server/art_server"].flatMap((dir) => fs.readdirSync(path.join(root, dir), { recursive: true })
+      .map(String).filter((f) => /\.(ts|mjs|cjs|py)$/.test(f)).map((f) => path.join(root, dir, f)));
+    for (const file of sources) {
+      for (const m of fs.readFileSync(file, "utf8").matchAll(/(?:env\.|env\[["']|environ(?:\.get)?\(["']|getenv\(["'])(ART_[A-Z0-9_]+)/g)) read.add(m[1]!);
+    }
+    const missing = [...read].filter((name) => !PROJECT_VARIABLES.has(name));
+    assert.deepEqual(missing, [], "add these to PROJECT_VARIABLES in lib/params.ts");
   });
 });
 

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import {
-  formatProgress, historyFigure, inNotebook, notice, noticeHtml, plotlyHtml, ProgressLine, smooth, tableHtml, tableText,
+  formatProgress, historyFigure, inNotebook, notice, noticeHtml, PLOTLY_STATIC_PATH, plotlyHtml, ProgressLine, smooth, tableHtml, tableText,
   Trajectory, trajectoryHtml, trajectoryText,
 } from "../../lib/index";
 
@@ -92,6 +92,27 @@ describe("display helpers outside a notebook", () => {
     assert.equal((val.marker as { symbol: string }).symbol, "diamond");
     assert.equal(figure.data.filter((t) => t.showlegend).length, 3, "each legend entry once");
     assert.equal(metas[0]!.split, "train", "training splits come first (and keep the first colour)");
+  });
+
+  it("keep the step-0 marker inside the axis, the legend's names from the first point, re-runs as marks and a caption", () => {
+    const rows = (n: number) => Array.from({ length: n }, (_, step) => ({ step, split: "train", reward: step / 10 }));
+    const names = (n: number) => historyFigure([...rows(n), { step: 0, split: "val", reward: 0.5 }]).data.filter((t) => t.showlegend).map((t) => t.name);
+    assert.deepEqual(names(1), ["train (per step)", "val"]);
+    assert.deepEqual(names(3), ["train (per step)", "train (smoothed)", "val"], "the per-step entry keeps its name; the smoothed one joins");
+    const figure = historyFigure(rows(4), ["reward"], { marks: [{ step: 1.5, label: "run from step 2 (14:02)" }], caption: "train: sampled" });
+    const layout = figure.layout as { xaxis: { range: number[] }; shapes: Array<{ x0: number }>; annotations: Array<{ text: string }>;
+      title: { subtitle?: { text: string } } };
+    assert.deepEqual(layout.xaxis.range, [-0.5, 3.5], "half a step of room at both ends");
+    assert.deepEqual(layout.shapes.map((s) => s.x0), [1.5]);
+    assert.deepEqual(layout.annotations.map((a) => a.text), ["run from step 2 (14:02)"]);
+    assert.equal(layout.title.subtitle?.text, "train: sampled");
+  });
+
+  it("load plotly.js in a Lab page from the Jupyter server, not from the output", () => {
+    const html = plotlyHtml({ data: [{ type: "scatter", y: [1] }] }, "fig-3", false);
+    assert.ok(html.length < 2000, `a chart output is ${html.length} bytes`);
+    assert.match(html, /jupyter-config-data/);
+    assert.ok(html.includes(`"${PLOTLY_STATIC_PATH}"`));
   });
 
   it("render a trajectory as a transcript with roles, tool calls, reward, metrics and logprob-shaded tokens", () => {

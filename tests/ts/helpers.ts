@@ -16,6 +16,11 @@ const project = require("../../scripts/project.mjs") as ProjectModule;
 
 export const { ROOT, VENV_BIN, ARTIFACTS } = project;
 
+/** scripts/html-export.mjs: a notebook as a standalone HTML page whose charts draw offline. */
+export const { exportHtml } = require("../../scripts/html-export.mjs") as {
+  exportHtml(notebook: string, outDir: string, options?: { execute?: boolean; env?: Record<string, string> }): string;
+};
+
 /** Debian's chromium (or ART_CHROMIUM); setup installs it for `npm test`. */
 export function chromiumPath(): string {
   const found = project.findChromium();

@@ -99,6 +99,48 @@ async function runCell(page: Page, marker: string, timeoutMs: number): Promise<v
   }
 }
 
+/**
+ * Changes files under the project root every `everyMs` until stopped, the way a user's machine
+ * does while a notebook runs (an `npm install` rewriting package.json files, new files appearing):
+ * these once broke tslab's compiler for good (kernel/compile-timers.cjs). Each rewrite is a rename
+ * of a same-bytes copy, so nothing else ever reads a half-written file.
+ */
+function churnFiles(everyMs = 1500): { stop(): number } {
+  const scratch = path.join(ARTIFACTS, "lab-churn");
+  fs.mkdirSync(scratch, { recursive: true });
+  let count = 0;
+  const timer = setInterval(() => {
+    for (const pkg of ["ai", "openai"]) {
+      const manifest = path.join(ROOT, "node_modules", pkg, "package.json");
+      const fresh = path.join(path.dirname(manifest), `.package.json.${process.pid}`);
+      fs.writeFileSync(fresh, fs.readFileSync(manifest));
+      fs.renameSync(fresh, manifest);
+    }
+    fs.writeFileSync(path.join(scratch, `module-${count % 5}.ts`), `export const n = ${count};\n`);
+    count += 1;
+  }, everyMs);
+  return { stop: () => (clearInterval(timer), count) };
+}
+
+/** The text of the progress line(s) in the outputs of the code cell holding `marker`. */
+async function progressOf(page: Page, marker: string): Promise<string> {
+  return (await codeCell(page, marker).locator(".art-progress").allTextContents()).join(" | ");
+}
+
+/** Runs every cell (Run menu) and waits until each code cell has an execution count again. */
+async function runAll(page: Page, timeoutMs: number): Promise<void> {
+  const before = await prompts(page);
+  await page.locator(".lm-MenuBar-itemLabel", { hasText: /^Run$/ }).click();
+  await page.locator(".lm-Menu-itemLabel", { hasText: /^Run All Cells$/ }).click();
+  const codeCells = await page.locator(".jp-CodeCell").count();
+  for (const deadline = Date.now() + timeoutMs; ;) {
+    const texts = await prompts(page);
+    if (texts.length === codeCells && texts.every((t, i) => /\[\d+\]/.test(t) && t !== before[i])) return;
+    assert.ok(Date.now() < deadline, `cells still running after ${timeoutMs / 1000} s: ${texts.join(" ")}`);
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
+
 describe("the cookbook in JupyterLab", () => {
   let lab: RunningLab;
   let browser: Browser;
@@ -131,9 +173,11 @@ describe("the cookbook in JupyterLab", () => {
       const training = "const run = await trainLoop";
       const seen = new Set<number>();
       const codeCells = await page.locator(".jp-CodeCell").count();
+      const progressBeforeChart = new Set<string>();
       for (const deadline = Date.now() + 600_000; ;) {
         const chart = (await chartsOfCell(page, training))[0];
         const n = points(chart, "train", "reward");
+        if (!chart) progressBeforeChart.add(await progressOf(page, training));
         if (n > 0 && n < STEPS && !seen.has(n)) {
           const element = codeCell(page, training).locator(".js-plotly-plot").first();
           await element.scrollIntoViewIfNeeded();
@@ -148,6 +192,12 @@ describe("the cookbook in JupyterLab", () => {
       assert.deepEqual(await errorOutputs(page), [], "a cell wrote an error");
       const partial = [...seen].filter((n) => n > 0 && n < STEPS);
       assert.ok(partial.length >= 2, `the page's chart did not move during training (point counts seen: ${[...seen].join(", ")})`);
+      // The training cell says what runs before its chart has a point (the first evaluation).
+      assert.match([...progressBeforeChart].join("\n"), /training .*evaluating step 0: \d+\/\d+ rollouts/, "no progress of the first evaluation before the first chart point");
+      assert.match(await progressOf(page, training), new RegExp(`${STEPS}/${STEPS} .*step ${STEPS - 1} reward -?\\d\\.\\d{3}`));
+      // Parameters as written: a learning rate of 3e-4 must not read 0.000.
+      const parameters = await codeCell(page, "notebookParams(").locator(".art-table").first().textContent() ?? "";
+      assert.match(parameters, /learningRate\s*0\.000?[1-9]/, `the parameters table: ${parameters}`);
 
       const [live] = await chartsOfCell(page, training);
       assert.equal(points(live, "train", "reward"), STEPS, "one train point per step in the page");
@@ -188,24 +238,39 @@ describe("the cookbook in JupyterLab", () => {
       assert.deepEqual(await errorOutputs(page), [], "re-running the reward and training cells wrote an error");
       const [again] = await chartsOfCell(page, training);
       assert.equal(points(again, "train", "reward"), 2 * STEPS, "the re-run continues the run: its chart holds both runs' steps");
+      assert.match(await codeCell(page, training).locator(".js-plotly-plot .annotation-text").allTextContents().then((t) => t.join(" | ")),
+        new RegExp(`run from step ${STEPS} \\(\\d\\d:\\d\\d\\)`), "the re-run is not marked on the curve");
       await trainingCell.locator(".js-plotly-plot").first().screenshot({ path: path.join(SHOTS, "lab-tictactoe-rerun.png") });
       await page.screenshot({ path: path.join(SHOTS, "lab-tictactoe.png") });
       await page.close();
     });
 
-  it("bring-your-own-agent: Run All trains the AI SDK agent with MCP tools, captured, with a live chart", { timeout: 600_000 }, async () => {
+  it("bring-your-own-agent: Run All, twice, while files change under the project root, trains the AI SDK agent with MCP tools",
+    { timeout: 900_000 }, async () => {
     const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
     await page.goto(`${lab.url}/lab/tree/bring-your-own-agent.ipynb?reset&token=${lab.token}`);
     await waitForKernelIdle(page);
-    await page.locator(".lm-MenuBar-itemLabel", { hasText: /^Run$/ }).click();
-    await page.locator(".lm-Menu-itemLabel", { hasText: /^Run All Cells$/ }).click();
-    const codeCells = await page.locator(".jp-CodeCell").count();
-    for (const deadline = Date.now() + 540_000; ;) {
-      const texts = await prompts(page);
-      if (texts.length === codeCells && texts.every((t) => /\[\d+\]/.test(t))) break;
-      assert.ok(Date.now() < deadline, `cells still running after 540 s: ${texts.join(" ")}`);
-      await new Promise((r) => setTimeout(r, 500));
+    const churn = churnFiles();
+    try {
+      for (const run of [1, 2]) {
+        await runAll(page, 420_000);
+        assert.deepEqual(await errorOutputs(page), [], `Run All #${run} wrote an error`);
+      }
+    } finally {
+      console.log(`files changed under the project root during the two runs: ${churn.stop()} rounds`);
     }
+    // Saved, the notebook holds its outputs without a copy of plotly.js (Lab loads it from the server).
+    await page.locator(".jp-Notebook .jp-Cell").first().click();
+    await page.keyboard.press("Control+S");
+    const saved = path.join(root, "bring-your-own-agent.ipynb");
+    for (const deadline = Date.now() + 30_000; !fs.readFileSync(saved, "utf8").includes('"outputs": [\n    {');) {
+      assert.ok(Date.now() < deadline, "Lab did not save the run notebook within 30 s");
+      await new Promise((r) => setTimeout(r, 300));
+    }
+    const text = fs.readFileSync(saved, "utf8");
+    assert.ok(!text.includes("plotly.js v"), "the saved notebook carries a copy of plotly.js");
+    assert.ok(text.length < 1_000_000, `the saved notebook is ${text.length} bytes`);
+    console.log(`bring-your-own-agent.ipynb saved after two runs: ${text.length} bytes`);
     assert.deepEqual(await errorOutputs(page), [], "a cell wrote an error");
     // textContent, not innerText: Lab skips rendering cells outside the viewport (content-visibility), and innerText of those is "".
     // The MCP server's tools, listed by the tools cell.
@@ -215,7 +280,7 @@ describe("the cookbook in JupyterLab", () => {
     assert.match(await captured.first().textContent() ?? "", /captured \(\d+ model call\(s\), \d+ sampled tokens\)/);
     assert.ok(await captured.locator(".art-token").count() > 0, "the captured turn shows no tokens");
     const [chart] = await chartsOfCell(page, "const run = await trainLoop");
-    assert.equal(points(chart, "train", "reward"), 1, "one train point for the smoke run's one RL step");
+    assert.equal(points(chart, "train", "reward"), 1, "one train point for the smoke run's one RL step (Run All starts a fresh run)");
     assert.ok(points(chart, "val", "reward") >= 1, "the evaluation questions as val");
     const table = await codeCell(page, "const final = await evaluate").locator(".art-table").first().textContent() ?? "";
     for (const row of ["base model", "after SFT", "after RL"]) assert.ok(table.includes(row), `the comparison lacks "${row}": ${table}`);

@@ -48,6 +48,14 @@ async function inProject(command: string, args: string[], env: Record<string, st
 
 const npx = (bin: string) => path.join(project, "node_modules", ".bin", bin);
 
+/** The commands of the README's "Use it in your own project" steps (its first bash block), without comments. */
+function readmeSteps(): string[] {
+  const readme = fs.readFileSync(path.join(ROOT, "README.md"), "utf8");
+  const section = readme.slice(readme.indexOf("## Use it in your own project"));
+  const block = section.slice(section.indexOf("```bash\n") + 8, section.indexOf("```\n", section.indexOf("```bash\n") + 8));
+  return block.split("\n").map((line) => line.replace(/\s+#.*$/, "").trim()).filter((line) => line && !line.startsWith("#"));
+}
+
 describe("art-ts installed into a project outside this repository", { timeout: 900_000 }, () => {
   let tarball = "";
 
@@ -70,11 +78,11 @@ describe("art-ts installed into a project outside this repository", { timeout: 9
       fs.copyFileSync(path.join(ROOT, "examples", "own-project", file), path.join(project, file));
     }
     fs.copyFileSync(path.join(ROOT, "tests", "ts", "fixtures", "consumer-check.cts"), path.join(project, "consumer-check.cts"));
-    const dev = rootPackage.devDependencies;
     const started = Date.now();
     await inProject("npm", ["install", "--no-audit", "--no-fund", "--prefer-offline", tarball]);
-    await inProject("npm", ["install", "--no-audit", "--no-fund", "--prefer-offline", "--save-dev",
-      `typescript@${dev.typescript}`, `tsx@${dev.tsx}`, `@types/node@${dev["@types/node"]}`]);
+    // The README's own line for the dev tools, as written (its TypeScript pin included).
+    const devTools = readmeSteps().find((line) => line.startsWith("npm install -D "))!.split(/\s+/).slice(3);
+    await inProject("npm", ["install", "--no-audit", "--no-fund", "--prefer-offline", "--save-dev", ...devTools]);
     console.log(`npm install in a fresh project: ${((Date.now() - started) / 1000).toFixed(1)} s`);
 
     // The wheel, from the installed package, into a fresh venv in the project.
@@ -130,12 +138,26 @@ describe("art-ts installed into a project outside this repository", { timeout: 9
     assert.match(wrong.all, /'learning_rate' does not exist in type 'TrainOptions'. Did you mean to write 'learningRate'\?/);
   });
 
-  it("runs the README's ES module script (top-level await), finding .venv/bin/art-server by itself", async () => {
-    const result = await inProject(npx("tsx"), ["train.mts"], { ART_BASE_MODEL: "builtin:tiny", STEPS: "2" });
-    const lines = result.stdout.trim().split("\n");
-    assert.equal(lines.length, 2, result.all);
-    assert.match(lines[0]!, /^step 0 -> 1: reward \d\.\d{3}, answered \d\.\d\d$/);
-    assert.match(lines[1]!, /^step 1 -> 2: reward \d\.\d{3}, answered \d\.\d\d$/);
+  it("the README's steps copy the example's tsconfig and pin the TypeScript this project tests", () => {
+    const steps = readmeSteps();
+    assert.ok(steps.some((l) => l.startsWith("cp ") && l.includes("tsconfig.json") && l.includes("package.json")), steps.join("\n"));
+    assert.ok(steps.some((l) => l.includes(".art/") && l.includes(".gitignore")), "the README does not say to git-ignore .art/");
+    const devTools = steps.find((l) => l.startsWith("npm install -D "))!;
+    assert.ok(devTools.includes(`typescript@${rootPackage.devDependencies.typescript}`), `${devTools}: not the TypeScript that is tested`);
+    const installed = JSON.parse(fs.readFileSync(path.join(project, "node_modules", "typescript", "package.json"), "utf8")) as { version: string };
+    assert.equal(installed.version, rootPackage.devDependencies.typescript);
+  });
+
+  it("runs the README's quick try and then the full run in that order: the model continues (default base model)", async () => {
+    // As the README lists them: `STEPS=2 npx tsx train.mts`, then `npx tsx train.mts` (here STEPS=1 for time).
+    const quick = readmeSteps().find((l) => l.endsWith("npx tsx train.mts") && l.startsWith("STEPS="))!;
+    const first = await inProject(npx("tsx"), ["train.mts"], { STEPS: quick.match(/^STEPS=(\d+)/)![1]! });
+    const lines = first.stdout.trim().split("\n");
+    assert.equal(lines.length, 2, first.all);
+    assert.match(lines[0]!, /^step 0 -> 1: reward \d\.\d{3}, answered \d\.\d\d, groups trained \d\/4$/);
+    assert.match(lines[1]!, /^step 1 -> 2: reward \d\.\d{3}, answered \d\.\d\d, groups trained \d\/4$/);
+    const more = await inProject(npx("tsx"), ["train.mts"], { STEPS: "1" });
+    assert.match(more.stdout.trim(), /^step 2 -> 3: reward /, more.all);
     assert.ok(fs.readdirSync(path.join(project, ".art", "logs")).some((f) => f.startsWith("server-")), "the server log is in ./.art/logs");
   });
 
