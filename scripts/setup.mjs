@@ -16,6 +16,8 @@ import { findChromium, KERNEL_DIR, KERNEL_DISPLAY_NAME, KERNEL_NAME, ROOT, VENV,
 const args = new Set(process.argv.slice(2));
 const wantBrowser = args.has("--browser");
 const quiet = args.has("--quiet");
+// --stderr: progress on stderr, for callers whose stdout is data (`npm pack --json` runs set-up first).
+const toStderr = args.has("--stderr");
 const started = Date.now();
 
 class SetupError extends Error {
@@ -27,7 +29,7 @@ class SetupError extends Error {
 }
 
 function log(message) {
-  if (!quiet) console.log(`[setup] ${message}`);
+  if (!quiet) (toStderr ? console.error : console.log)(`[setup] ${message}`);
 }
 
 function run(cmd, argv, options = {}) {
