@@ -43,11 +43,13 @@ const TrainLoopOptionsSchema = z.object({
   chart: z.instanceof(DisplayHandle, { message: "must be a DisplayHandle" }).optional(),
 }).strict();
 
-/** What a loop did: the history rows at its end, wall time, and the chart it drew. */
+/** What a loop did: the history rows at its end, wall time, the chart it drew and the re-runs marked on it. */
 export interface TrainLoopResult {
   history: HistoryRow[];
   seconds: number;
   chart: DisplayHandle;
+  /** Where each later run of this model's loop began in this process (dashed lines on the chart). */
+  marks: ChartMark[];
 }
 
 // Where each run of a model's training cell began in this kernel, drawn as marks on its chart,
@@ -56,7 +58,8 @@ const runStarts = new Map<string, Array<{ step: number; at: Date }>>();
 
 function runMarks(model: TrainableModel, first: number): ChartMark[] {
   const key = `${model.project}/${model.name}`;
-  const starts = runStarts.get(key) ?? [];
+  // A model at step 0 is a fresh run (e.g. the server cell re-run): the marks of an earlier one go.
+  const starts = first === 0 ? [] : runStarts.get(key) ?? [];
   if (!starts.some((s) => s.step === first)) starts.push({ step: first, at: new Date() });
   runStarts.set(key, starts);
   const time = (d: Date) => `${String(d.getHours()).padStart(2, "0")}:${String(d.getMinutes()).padStart(2, "0")}`;
@@ -149,5 +152,5 @@ export async function trainLoop(options: TrainLoopOptions): Promise<TrainLoopRes
   }
   const seconds = (Date.now() - started) / 1000;
   progress.finish({ done: completed, total: steps, detail: [last, `${seconds.toFixed(0)} s`].filter(Boolean).join(" · ") });
-  return { history, seconds, chart };
+  return { history, seconds, chart, marks };
 }

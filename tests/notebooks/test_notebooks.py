@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -237,6 +238,34 @@ def test_committed_notebook_is_stored_as_nbformat_writes_it(path: Path) -> None:
     if not rewritten.endswith("\n"):
         rewritten += "\n"
     assert text == rewritten, f"{path.relative_to(ROOT)} is not in nbformat's written form: run scripts/format-notebooks.py"
+
+
+@pytest.mark.parametrize("name", ["tictactoe.ipynb", "bring-your-own-agent.ipynb"])
+def test_git_stores_a_run_notebook_as_committed(name: str) -> None:
+    """A notebook run in Lab keeps its outputs in the file; git's clean filter (nbstripout, from
+    .gitattributes and the set-up's .git/config) must turn the run file back into the committed one,
+    byte for byte, so `git diff` shows nothing."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git clone: there is no git to store notebooks")
+    source = ROOT / "notebooks" / name
+    nb = execute(source)
+    assert any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), "the run left no outputs to strip"
+    git = ["git", "-C", str(ROOT)]
+    attribute = subprocess.run([*git, "check-attr", "filter", f"notebooks/{name}"], capture_output=True, text=True, check=True)
+    assert attribute.stdout.strip().endswith("filter: nbstripout"), attribute.stdout
+    clean = subprocess.run([*git, "config", "--get", "filter.nbstripout.clean"], capture_output=True, text=True)
+    assert clean.returncode == 0, "the nbstripout filter is not defined: run npm run setup"
+    stripped = subprocess.run(clean.stdout.strip(), shell=True, input=nbformat.writes(nb) + "\n", capture_output=True, text=True, check=True)
+    assert stripped.stdout == source.read_text(encoding="utf-8"), f"the filter does not restore notebooks/{name}"
+    # and git itself, through .gitattributes: the run file hashes to the committed blob
+    run_copy = ROOT / "notebooks" / f".{source.stem}-run-{os.getpid()}.ipynb"
+    try:
+        run_copy.write_text(nbformat.writes(nb) + "\n", encoding="utf-8")
+        hashed = subprocess.run([*git, "hash-object", "--path", f"notebooks/{name}", str(run_copy)], capture_output=True, text=True, check=True)
+    finally:
+        run_copy.unlink(missing_ok=True)
+    committed = subprocess.run([*git, "hash-object", str(source)], capture_output=True, text=True, check=True)
+    assert hashed.stdout == committed.stdout
 
 
 def test_tictactoe_shows_games_as_transcripts_with_shaded_tokens() -> None:

@@ -24,6 +24,7 @@ import {
   TrainableModel,
   Trajectory,
   TrajectoryGroup,
+  trainLoop,
   UnauthorizedError,
 } from "../../lib/index";
 import { randomBoard, rng, rollout } from "../../examples/toy-task";
@@ -39,6 +40,31 @@ describe("TrainableModel on a LocalBackend", () => {
   });
   after(async () => {
     await backend?.close();
+  });
+
+  it("trainLoop continues a model, marks each later run on its chart, and a model back at step 0 starts without marks", async () => {
+    const groups = (of: TrainableModel, seed: number) => () => Array.from({ length: 2 }, (_, g) =>
+      new TrajectoryGroup(Array.from({ length: 4 }, (_, i) => () => rollout(of, randomBoard(rng(seed + g)), seed * 100 + g * 10 + i))));
+    const model = new TrainableModel({ name: "loop-marks", project: "client-tests", baseModel: "builtin:tiny" });
+    await model.register(backend);
+    const first = await trainLoop({ model: model, steps: 1, groups: groups(model, 1), train: { learningRate: 1e-2 } });
+    assert.deepEqual(first.marks, []);
+    const second = await trainLoop({ model: model, steps: 1, groups: groups(model, 2), train: { learningRate: 1e-2 } });
+    assert.equal(await model.getStep(), 2);
+    assert.deepEqual(second.marks.map((m) => m.step), [0.5]);
+    assert.match(second.marks[0]!.label, /^run from step 1 \(\d\d:\d\d\)$/);
+    assert.deepEqual(second.history.filter((r) => r.split === "train").map((r) => r.step), [0, 1]);
+    // The same model name in a fresh data dir is a fresh run: the earlier run's marks do not carry over.
+    const freshDir = fs.mkdtempSync(path.join(os.tmpdir(), "art-client-fresh-"));
+    const fresh = await LocalBackend.start({ dataDir: freshDir, baseModel: "builtin:tiny", engine: "hf", device: "cpu" });
+    try {
+      const again = new TrainableModel({ name: "loop-marks", project: "client-tests", baseModel: "builtin:tiny" });
+      await again.register(fresh);
+      const restarted = await trainLoop({ model: again, steps: 1, groups: groups(again, 3), train: { learningRate: 1e-2 } });
+      assert.deepEqual(restarted.marks, []);
+    } finally {
+      await fresh.close();
+    }
   });
 
   it("trains the toy task through model.openai() until the reward rises by 0.3", async () => {

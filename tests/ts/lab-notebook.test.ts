@@ -272,6 +272,9 @@ describe("the cookbook in JupyterLab", () => {
     assert.ok(text.length < 1_000_000, `the saved notebook is ${text.length} bytes`);
     console.log(`bring-your-own-agent.ipynb saved after two runs: ${text.length} bytes`);
     assert.deepEqual(await errorOutputs(page), [], "a cell wrote an error");
+    // This Lab runs with ART_STEPS set, which this notebook has no parameter for: a note names the close one.
+    assert.match(await codeCell(page, "notebookParams(").locator(".art-notice").allTextContents().then((t) => t.join(" ")),
+      /ART_STEPS is set, but no parameter of this notebook reads it: did you mean ART_RL_STEPS \(rlSteps\)\?/);
     // textContent, not innerText: Lab skips rendering cells outside the viewport (content-visibility), and innerText of those is "".
     // The MCP server's tools, listed by the tools cell.
     assert.match(await codeCell(page, "McpTools.stdio").locator(".jp-OutputArea").first().textContent() ?? "", /tools: list_towns, lookup_town/);
