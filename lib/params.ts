@@ -99,13 +99,14 @@ export function notebookParams<T extends Record<string, ParamValue>>(defaults: T
     rows.push({ parameter: key, value, from: source, variable });
   }
   // An ART_ variable that no parameter reads was most likely meant for one (ART_STEPS where the
-  // notebook's parameter is rlSteps): say so, rather than run with the default in silence.
+  // notebook's parameter is rlSteps): say so, rather than run with the default in silence. Every
+  // run of the cell says it again (a re-run replaces the cell's outputs).
   const variables = new Map(Object.keys(defaults).map((key) => [envName(key), key]));
   for (const name of Object.keys(env).filter((n) => n.startsWith("ART_")).sort()) {
     if (variables.has(name) || PROJECT_VARIABLES.has(name)) continue;
     const close = closestName(name, variables.keys());
     notice(`${name} is set, but no parameter of this notebook reads it` +
-      (close ? `: did you mean ${close} (${variables.get(close)})?` : ` (its parameters are in the table below)`), { key: `unread ${name}` });
+      (close ? `: did you mean ${close} (${variables.get(close)})?` : ` (its parameters are in the table below)`), { seen: new Set() });
   }
   if (options.show ?? true) showTable(rows, { digits: "exact" });
   return { ...(values as T), smoke };
