@@ -104,18 +104,20 @@ export async function trainLoop(options: TrainLoopOptions): Promise<TrainLoopRes
       draw();
     },
   });
-  const first = await model.getStep();
-  const marks = runMarks(model, first);
-  const caption = chartCaption(options);
-  const plot = (rows: HistoryRow[], live: boolean) => plotHistory(rows, metrics, { chart, live, marks, caption });
-  let lastVal = "";
-  const runEval = async (step: number) => {
-    const groups = await gatherTrajectoryGroups(options.evaluate!.groups(), gathering(`evaluating step ${step}:`));
-    const row = await model.log(groups, { split: "val" });
-    lastVal = `val ${Number(row.reward).toFixed(3)} at step ${step}`;
-  };
+  let marks: ChartMark[] = [];
   let history: HistoryRow[] = [];
+  let plot = (_rows: HistoryRow[], _live: boolean) => {};
   try {
+    const first = await model.getStep();
+    marks = runMarks(model, first);
+    const caption = chartCaption(options);
+    plot = (rows, live) => void plotHistory(rows, metrics, { chart, live, marks, caption });
+    let lastVal = "";
+    const runEval = async (step: number) => {
+      const groups = await gatherTrajectoryGroups(options.evaluate!.groups(), gathering(`evaluating step ${step}:`));
+      const row = await model.log(groups, { split: "val" });
+      lastVal = `val ${Number(row.reward).toFixed(3)} at step ${step}`;
+    };
     if (options.evaluate && first === 0) await runEval(0);
     // A run that continues (the cell re-run) shows its curve so far right away.
     history = await model.historyRows();
@@ -124,6 +126,7 @@ export async function trainLoop(options: TrainLoopOptions): Promise<TrainLoopRes
       const step = first + i;
       const groups = await gatherTrajectoryGroups(options.groups(step), gathering(`step ${step}: gathering`));
       const { reward } = summarize("train", groups.flatMap((g) => g.trajectories));
+      const stepLine = () => `step ${step} reward ${reward.toFixed(3)}${lastVal ? ` · ${lastVal}` : ""}`;
       // A role that never got to act in a game (e.g. an operative whose spymaster broke the rules)
       // has a trajectory without sampled tokens: there is nothing to train on it, so it is left out.
       for (const group of groups) group.trajectories = group.trajectories.filter((t) => t.choices().length > 0);
@@ -137,16 +140,16 @@ export async function trainLoop(options: TrainLoopOptions): Promise<TrainLoopRes
         } });
       }
       completed = i + 1;
-      last = `step ${step} reward ${reward.toFixed(3)}${lastVal ? ` · ${lastVal}` : ""}`;
+      last = stepLine();
       if (options.evaluate && ((i + 1) % options.evaluate.every === 0 || i === steps - 1)) await runEval(step + 1);
-      last = `step ${step} reward ${reward.toFixed(3)}${lastVal ? ` · ${lastVal}` : ""}`;
+      last = stepLine();
       phase = i + 1 < steps ? `step ${step + 1}: starting` : "";
       history = await model.historyRows();
       plot(history, true);
       draw();
     }
   } finally {
-    clearInterval(ticker);
+    clearInterval(ticker); // also when the first request fails: no line keeps ticking after the cell
     // The last drawing is a plotly bundle, which the saved notebook keeps (also after an error).
     if (history.length) plot(history, false);
   }
