@@ -52,8 +52,8 @@ export interface TrainLoopResult {
   marks: ChartMark[];
 }
 
-// Where each run of a model's training cell began in this kernel, drawn as marks on its chart,
-// so a reward edit and re-run shows where the curve's rules changed.
+// Where each run of a model's training cell began in this kernel; every run after the first is
+// drawn as a mark on its chart, so a reward edit and re-run shows where the curve's rules changed.
 const runStarts = new Map<string, Array<{ step: number; at: Date }>>();
 
 function runMarks(model: TrainableModel, first: number): ChartMark[] {
@@ -63,7 +63,8 @@ function runMarks(model: TrainableModel, first: number): ChartMark[] {
   if (!starts.some((s) => s.step === first)) starts.push({ step: first, at: new Date() });
   runStarts.set(key, starts);
   const time = (d: Date) => `${String(d.getHours()).padStart(2, "0")}:${String(d.getMinutes()).padStart(2, "0")}`;
-  return starts.filter((s) => s.step > 0).map((s) => ({ step: s.step - 0.5, label: `run from step ${s.step} (${time(s.at)})` }));
+  // The first run in this process is where the curve (as far as this kernel knows) begins; each later one is marked.
+  return starts.slice(1).map((s) => ({ step: s.step - 0.5, label: `run from step ${s.step} (${time(s.at)})` }));
 }
 
 function chartCaption(options: TrainLoopOptions): string {
