@@ -27,8 +27,10 @@ const args = [
   `--port=${values.port}`,
   `--ServerApp.root_dir=${path.resolve(ROOT, values.root)}`,
   `--IdentityProvider.token=${values.token}`,
-  // The kernel is registered in .venv; do not offer the venv's Python kernel as the default.
+  // The kernel is registered in .venv; the venv's Python kernel (which ships with Jupyter) is not
+  // offered at all, so Lab's kernel chooser, when it asks, can only preselect TypeScript (art-ts).
   "--MappingKernelManager.default_kernel_name=art-typescript",
+  "--KernelSpecManager.allowed_kernelspecs=art-typescript",
   // No "get notified about Jupyter news?" pop-up over the outputs (and no request to the internet).
   "--LabApp.news_url=None",
   "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",

@@ -28,6 +28,8 @@ describe("npm start (scripts/start-lab.mjs)", () => {
       assert.ok(kernel.spec.argv.slice(0, 2).every((p) => path.isAbsolute(p)), `kernel argv not absolute: ${kernel.spec.argv}`);
       assert.equal(kernel.spec.argv[1], path.join(ROOT, "kernel", "launch.cjs"));
       assert.equal(specs.default, "art-typescript");
+      // Only the project's kernel: a kernel chooser cannot preselect the venv's Python 3 (ipykernel).
+      assert.deepEqual(Object.keys(specs.kernelspecs), ["art-typescript"]);
 
       const contents = (await (await fetch(`${ready.url}/api/contents`, { headers })).json()) as { content: Array<{ name: string }> };
       assert.ok(contents.content.some((e) => e.name === "README.md"), "the root is not notebooks/");
