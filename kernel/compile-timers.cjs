@@ -90,4 +90,4 @@ function multiplex(innerSet, innerClear) {
   };
 }
 
-module.exports = { installCompileTimers, multiplex };
+module.exports = { installCompileTimers };

@@ -89,16 +89,15 @@ async function gather(call: string, groups: Iterable<TrajectoryGroup>, input: Ga
   const pendingPerGroup = new Map(all.map((g) => [g, jobs.filter((j) => j.group === g).length]));
   const finishedGroups: Promise<void>[] = [];
 
+  // Mean reward of the rollouts that finished without throwing (NaN before the first).
+  const meanReward = () => (done - errors.length > 0 ? rewardSum / (done - errors.length) : Number.NaN);
   const state = () => {
     const seconds = Math.max(1e-3, (Date.now() - started) / 1000);
-    const mean = done - errors.length > 0 ? (rewardSum / (done - errors.length)).toFixed(3) : "-";
-    return { done, total, detail: `reward ${mean} · exceptions ${errors.length} · ${Math.round(tokens / seconds)} tok/s` };
+    const mean = meanReward();
+    return { done, total, detail: `reward ${Number.isNaN(mean) ? "-" : mean.toFixed(3)} · exceptions ${errors.length} · ${Math.round(tokens / seconds)} tok/s` };
   };
 
-  const report = () => {
-    const succeeded = done - errors.length;
-    options.onProgress?.({ done, total, reward: succeeded > 0 ? rewardSum / succeeded : Number.NaN, exceptions: errors.length });
-  };
+  const report = () => options.onProgress?.({ done, total, reward: meanReward(), exceptions: errors.length });
   report();
 
   const finishOne = (group: TrajectoryGroup) => {

@@ -105,14 +105,13 @@ export async function trainLoop(options: TrainLoopOptions): Promise<TrainLoopRes
       draw();
     },
   });
+  const caption = chartCaption(options);
   let marks: ChartMark[] = [];
+  const plot = (rows: HistoryRow[], live: boolean) => void plotHistory(rows, metrics, { chart, live, marks, caption });
   let history: HistoryRow[] = [];
-  let plot = (_rows: HistoryRow[], _live: boolean) => {};
   try {
     const first = await model.getStep();
     marks = runMarks(model, first);
-    const caption = chartCaption(options);
-    plot = (rows, live) => void plotHistory(rows, metrics, { chart, live, marks, caption });
     let lastVal = "";
     const runEval = async (step: number) => {
       const groups = await gatherTrajectoryGroups(options.evaluate!.groups(), gathering(`evaluating step ${step}:`));
