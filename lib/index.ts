@@ -1,34 +1,53 @@
 /**
  * art-ts: the public door of the TypeScript client. Notebook cells import from here:
- * `import { TrainableModel, LocalBackend, showPlotly } from "./lib/index";`
- * (the kernel runs in the project root; tslab resolves a file, not a folder, so name `index`).
+ * `import { TrainableModel, LocalBackend, showPlotly } from "../lib/index";`
+ * (tslab resolves a file, not a folder, so name `index`); the npm package exports the same names.
+ *
+ * The folders are layers; a file imports only from its own folder or a layer below it
+ * (tests/ts/layers.test.ts keeps it so):
+ *
+ *   notebook/      what a notebook cell calls: parameters, connecting, the training loop, charts
+ *   integrations/  the Hugging Face Hub, the RULER judge, MCP tools
+ *   client/        models and backends: the server's process and HTTP API, training, rollouts in parallel
+ *   capture/       recording a rollout's model calls (with their token ids) into its trajectory
+ *   display/       showing things in a notebook, with terminal fallbacks
+ *   core/          what every layer shares: errors, option checks, trajectories, the wire's schemas
  * @module
  */
-export * from "./display";
-export * from "./notice";
-export * from "./errors";
-export * from "./backend";
-export * from "./local-backend";
-export * from "./base-model";
-export * from "./model";
-export * from "./trajectory";
-export * from "./trajectory-view";
-export * from "./gather";
-export * from "./history";
-export * from "./ruler";
-export * from "./hub";
-export * from "./config";
-export * from "./results";
-export * from "./options";
-export * from "./server-command";
-export * from "./random";
-export * from "./params";
-export * from "./tags";
-export * from "./evaluate";
-export * from "./loop";
-export * from "./connect";
-export * from "./turn";
-export { currentTrajectory } from "./rollout";
-export * from "./recording-fetch";
-export * from "./sse-accumulator";
-export * from "./mcp-tools";
+export * from "./core/errors";
+export * from "./core/options";
+export * from "./core/trajectory";
+export * from "./core/config";
+export * from "./core/results";
+
+export * from "./display/output";
+export * from "./display/plotly";
+export * from "./display/table";
+export * from "./display/progress-line";
+export * from "./display/notice";
+
+export { currentTrajectory } from "./capture/rollout-context";
+export * from "./capture/recording-fetch";
+export * from "./capture/sse-accumulator";
+
+export * from "./client/backend";
+export * from "./client/local-backend";
+export * from "./client/server-command";
+export * from "./client/base-model";
+export * from "./client/model";
+export * from "./client/gather";
+export * from "./client/history-frame";
+
+export * from "./integrations/hub";
+export * from "./integrations/ruler";
+export * from "./integrations/mcp-tools";
+
+export * from "./notebook/params";
+export * from "./notebook/connect";
+export * from "./notebook/loop";
+export * from "./notebook/turn";
+export * from "./notebook/evaluate";
+export * from "./notebook/history-plot";
+export * from "./notebook/trajectory-view";
+export * from "./notebook/random";
+export * from "./notebook/tags";

@@ -1,5 +1,5 @@
 // A training script in your own project (an ES module with top-level await): teach a model to
-// answer with an even digit. See "Use it in your own project" in the art-ts README.
+// answer with an even digit. See docs/own-project.md in art-ts.
 //
 //   npx tsx train.mts            run it: 10 steps (STEPS=2 for a quick try; a re-run continues the model)
 //   npx tsc --noEmit             type-check it

@@ -1,6 +1,6 @@
 """Request and response models of the HTTP API (pydantic), in one place.
 
-The TypeScript side mirrors these with zod (lib/wire.ts); tests keep the two in step.
+The TypeScript side mirrors these with zod (lib/core/wire.ts); tests keep the two in step.
 """
 
 from __future__ import annotations

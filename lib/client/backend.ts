@@ -1,0 +1,164 @@
+/**
+ * Backends: where models are served and trained. `RemoteBackend` talks to a gpu-server at a URL
+ * with a bearer token; `LocalBackend` (local-backend.ts) starts one on this machine.
+ * @module
+ */
+import readline from "node:readline";
+import { Readable } from "node:stream";
+import { z } from "zod";
+import { ServerApiError, ServerProtocolError, ServerUnreachableError, TrainingStepError, UnauthorizedError } from "../core/errors";
+import { httpUrlOption, parseOptions } from "../core/options";
+import { ErrorBody, type StreamLine, TrainLine } from "../core/wire";
+
+/** What models need from a backend. */
+export interface Backend {
+  /** The server's base URL, e.g. `http://127.0.0.1:8000`. */
+  readonly url: string;
+  /** The bearer token. */
+  readonly token: string;
+  /** A JSON request, validated with `schema`; throws typed errors. */
+  request<T>(method: "GET" | "POST", path: string, schema: z.ZodType<T>, body?: unknown): Promise<T>;
+  /** A streaming NDJSON request; `onLine` sees every line; resolves with all of them (an error line throws). */
+  stream(path: string, body: unknown, onLine?: (line: StreamLine) => void): Promise<StreamLine[]>;
+  /** Frees what the backend holds (a local server process). */
+  close(): Promise<void>;
+  /** Why the backend cannot be used any more (closed, or its server died), or undefined while it can. */
+  unusable?(): Error | undefined;
+}
+
+/** Options of a {@link RemoteBackend}. */
+export interface RemoteBackendOptions {
+  /** The server's base URL (put TLS in front of it with a reverse proxy for remote use). */
+  url: string;
+  /** The server's bearer token (`--token` / `ART_SERVER_TOKEN`). */
+  token: string;
+}
+
+const RemoteBackendOptionsSchema = z.object({
+  url: httpUrlOption,
+  token: z.string().min(1),
+}).strict();
+
+/**
+ * A gpu-server on another machine (or anywhere with a URL).
+ *
+ * ```ts
+ * const backend = new RemoteBackend({ url: "https://gpu.example.com", token: process.env.ART_SERVER_TOKEN! });
+ * ```
+ */
+export class RemoteBackend implements Backend {
+  readonly url: string;
+  readonly token: string;
+
+  constructor(options: RemoteBackendOptions) {
+    const { url, token } = parseOptions("new RemoteBackend", RemoteBackendOptionsSchema, options);
+    this.url = url.replace(/\/+$/, "");
+    this.token = token;
+  }
+
+  /** Turns a transport failure into a typed error; LocalBackend adds what it knows of the process. */
+  protected unreachable(path: string, error: unknown): Error {
+    const cause = (error as { cause?: { message?: string } })?.cause?.message;
+    return new ServerUnreachableError(`cannot reach the gpu-server at ${this.url} (${path}): ${String((error as Error)?.message ?? error)}` +
+      `${cause ? ` (${cause})` : ""}. Is it running, and is the URL right?`, { cause: error });
+  }
+
+  /** Why this backend cannot be used any more; a remote one always can be tried. */
+  unusable(): Error | undefined {
+    return undefined;
+  }
+
+  private async send(method: string, path: string, body: unknown): Promise<Response> {
+    const unusable = this.unusable();
+    if (unusable) throw unusable;
+    let response: Response;
+    try {
+      response = await fetch(`${this.url}${path}`, {
+        method,
+        headers: { Authorization: `Bearer ${this.token}`, ...(body === undefined ? {} : { "Content-Type": "application/json" }) },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+    } catch (error) {
+      throw this.unreachable(path, error);
+    }
+    if (!response.ok) throw await apiError(response, path);
+    return response;
+  }
+
+  async request<T>(method: "GET" | "POST", path: string, schema: z.ZodType<T>, body?: unknown): Promise<T> {
+    const response = await this.send(method, path, body);
+    let text: string;
+    try {
+      text = await response.text();
+    } catch (error) {
+      throw await this.interrupted(path, error);
+    }
+    return parseAnswer(path, schema, text);
+  }
+
+  async stream(path: string, body: unknown, onLine?: (line: StreamLine) => void): Promise<StreamLine[]> {
+    const response = await this.send("POST", path, body);
+    if (!response.body) throw new ServerProtocolError(`${path}: the server answered ${response.status} with no body`);
+    const lines: StreamLine[] = [];
+    const reader = readline.createInterface({ input: Readable.fromWeb(response.body as import("node:stream/web").ReadableStream) });
+    try {
+      for await (const raw of reader) {
+        if (!raw.trim()) continue;
+        const line = parseAnswer(path, TrainLine, raw);
+        if (line.type === "error") {
+          throw new TrainingStepError(`${path}: ${line.error.message}`, line.status ?? 500, line.error.code ?? null);
+        }
+        lines.push(line);
+        onLine?.(line);
+      }
+    } catch (error) {
+      if (error instanceof ServerApiError || error instanceof ServerProtocolError) throw error;
+      throw await this.interrupted(path, error);
+    }
+    return lines;
+  }
+
+  /** The connection broke while an answer was read (the server died, or the network dropped). */
+  protected async interrupted(path: string, error: unknown): Promise<Error> {
+    return new ServerUnreachableError(`the connection to the gpu-server at ${this.url} broke while reading ${path} ` +
+      `(${String((error as Error)?.message ?? error)}); check that the server is still running, then retry`, { cause: error });
+  }
+
+  async close(): Promise<void> {}
+}
+
+/** Parses one answer (JSON) with `schema`; anything else is a {@link ServerProtocolError}. */
+function parseAnswer<T>(path: string, schema: z.ZodType<T>, text: string): T {
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    throw new ServerProtocolError(`${path}: the server's answer is not JSON: ${JSON.stringify(text.slice(0, 200))}`);
+  }
+  const parsed = schema.safeParse(json);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new ServerProtocolError(`${path}: the server's answer does not have the shape this client expects ` +
+      `(${issue?.path.join(".") || "answer"}: ${issue?.message}); are the client and the server the same version?`);
+  }
+  return parsed.data;
+}
+
+async function apiError(response: Response, path: string): Promise<Error> {
+  const text = await response.text().catch(() => "");
+  let message = text.slice(0, 500) || response.statusText;
+  let code: string | null = null;
+  let param: string | null = null;
+  try {
+    const body = ErrorBody.parse(JSON.parse(text));
+    message = body.error.message;
+    code = body.error.code ?? null;
+    param = body.error.param ?? null;
+  } catch {
+    // not an OpenAI-style body: keep the text
+  }
+  if (response.status === 401) {
+    return new UnauthorizedError(`the gpu-server refused the token (${message}); pass the token it printed, or --token`, 401, code, param);
+  }
+  return new ServerApiError(`${path}: ${message}`, response.status, code, param);
+}

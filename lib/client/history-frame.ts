@@ -1,0 +1,48 @@
+/**
+ * Training history as a table: rows of metrics per step and split, as a danfo DataFrame.
+ * @module
+ */
+import { MissingDependencyError } from "../core/errors";
+import type { HistoryRow } from "../core/results";
+
+/** Numeric columns only; a metric missing from a row is NaN. */
+export function historyColumns(rows: HistoryRow[]): { columns: string[]; records: Array<Record<string, number | string>> } {
+  const columns = ["step", "split"];
+  for (const row of rows) {
+    for (const [key, value] of Object.entries(row)) {
+      if (!columns.includes(key) && (typeof value === "number" || typeof value === "boolean")) columns.push(key);
+    }
+  }
+  const records = rows.map((row) => Object.fromEntries(columns.map((c) => {
+    const value = row[c];
+    if (c === "split") return [c, String(value)];
+    return [c, typeof value === "number" ? value : typeof value === "boolean" ? Number(value) : Number.NaN];
+  })));
+  return { columns, records };
+}
+
+/**
+ * A danfo DataFrame, typed by the members used most. danfojs-node is an optional peer, so the
+ * package's declarations do not name its types; with it installed, cast to its `DataFrame` for the rest.
+ */
+export interface HistoryFrame {
+  readonly columns: string[];
+  readonly values: unknown[];
+  readonly shape: number[];
+  print(): void;
+  head(rows?: number): HistoryFrame;
+  tail(rows?: number): HistoryFrame;
+}
+
+/** The rows as a danfo DataFrame (step, split, one column per metric). Needs the optional danfojs-node. */
+export async function historyFrame(rows: HistoryRow[]): Promise<HistoryFrame> {
+  let dfd: { DataFrame: new (data: unknown, options: { columns: string[] }) => HistoryFrame };
+  try {
+    dfd = (await import("danfojs-node")) as unknown as typeof dfd;
+  } catch (error) {
+    throw new MissingDependencyError("DataFrames need the optional package danfojs-node: `npm install danfojs-node` " +
+      "(or read plain rows with model.historyRows())", { cause: error });
+  }
+  const { columns, records } = historyColumns(rows);
+  return new dfd.DataFrame(records, { columns });
+}

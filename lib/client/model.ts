@@ -1,0 +1,459 @@
+/**
+ * Models: `TrainableModel` (a LoRA trained on a backend, served as `name@step`) and `Model` (one
+ * that is only called, e.g. an OpenAI model as a baseline). Rollout code takes either.
+ * @module
+ */
+import fs from "node:fs";
+import OpenAI from "openai";
+import { z } from "zod";
+import { recordingFetch } from "../capture/recording-fetch";
+import { runRollout } from "../capture/rollout-context";
+import { type LoraConfig, LoraConfigSchema, type SftConfig, SftConfigSchema, type TrainConfig, TrainConfigSchema } from "../core/config";
+import {
+  deleteCheckpointsFromWire, historyRowFromWire, loraToWire, metricNameToWire, registeredModelFromWire, sftConfigToWire,
+  trainConfigToWire, trainEventFromWire,
+} from "../core/convert";
+import { BadTrajectoryError, ModelNotRegisteredError, ServerProtocolError, ServerUnreachableError } from "../core/errors";
+import { functionOption, httpUrlOption, parseOptions, safeNameOption } from "../core/options";
+import type { DeleteCheckpointsResult, HistoryRow, RegisteredModel, StepMetrics, TrainEvent, TrainResult } from "../core/results";
+import { Trajectory, type MessageParam, type ToolParam, type TrajectoryGroup, type TrajectoryInit } from "../core/trajectory";
+import { DeleteCheckpointsWire, HistoryRowWire, ModelInfo } from "../core/wire";
+import { notice } from "../display/notice";
+import { ProgressLine } from "../display/progress-line";
+import type { Backend } from "./backend";
+import { DEFAULT_BASE_MODEL } from "./base-model";
+import { historyFrame, type HistoryFrame } from "./history-frame";
+
+/** A conversation to learn from with SFT. */
+export interface Conversation {
+  messages: MessageParam[];
+  tools?: ToolParam[];
+}
+
+function readJsonl(file: string): Conversation[] {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, "utf8");
+  } catch (error) {
+    throw new BadTrajectoryError(`model.trainSft: cannot read ${file} (${(error as NodeJS.ErrnoException).code ?? String(error)})`);
+  }
+  return text.split("\n").filter((l) => l.trim()).map((line, i) => {
+    try {
+      return JSON.parse(line) as Conversation;
+    } catch (error) {
+      throw new BadTrajectoryError(`${file}, line ${i + 1}: not JSON (${(error as Error).message})`);
+    }
+  });
+}
+
+/** What rollout code needs of any model. */
+export interface ChatModel {
+  /** The model name to send in requests. */
+  inferenceName(step?: number): string;
+  /** An OpenAI client for it (its calls are recorded inside {@link ChatModel.rollout}). */
+  openai(): OpenAI;
+  /** The OpenAI-compatible base URL, ending in `/v1`, for frameworks that take one. */
+  readonly baseURL: string;
+  /** The API key (bearer token) for that URL. */
+  readonly apiKey: string;
+  /**
+   * The fetch to give a framework with the base URL: inside `rollout` it records every chat
+   * completion into the rollout's trajectory (on a TrainableModel with token ids and logprobs).
+   */
+  readonly fetch: typeof fetch;
+  /**
+   * Runs agent code in a rollout: every chat completion sent through this model's `fetch` or
+   * `openai()` client while `fn` runs (in its async calls, not in parallel rollouts) is recorded
+   * into a new trajectory, which it resolves with. Set `t.reward` (and metrics) in `fn`.
+   */
+  rollout(fn: (trajectory: Trajectory) => unknown, init?: TrajectoryInit): Promise<Trajectory>;
+}
+
+/** Options of a plain {@link Model}. */
+export interface ModelOptions {
+  /** The model id the endpoint knows (e.g. `gpt-4.1-mini`). */
+  name: string;
+  /** An OpenAI-compatible endpoint (default: OpenAI's). */
+  baseURL?: string;
+  /** Its API key. */
+  apiKey?: string;
+}
+
+const ModelOptionsSchema = z.object({
+  name: z.string().min(1),
+  baseURL: httpUrlOption.optional(),
+  apiKey: z.string().optional(),
+}).strict();
+
+/**
+ * A model that is not trained here: OpenAI, or any OpenAI-compatible endpoint, as a baseline.
+ * `Model.fromEnv()` reads `ART_BASELINE_MODEL`, `ART_BASELINE_BASE_URL` and `ART_BASELINE_API_KEY`
+ * (falling back to `OPENAI_API_KEY`).
+ */
+export class Model implements ChatModel {
+  readonly name: string;
+  readonly baseURL: string;
+  readonly apiKey: string;
+  /** Records calls inside {@link Model.rollout} as plain assistant messages (another endpoint returns no token ids). */
+  readonly fetch: typeof fetch;
+  private readonly client: OpenAI;
+
+  constructor(options: ModelOptions) {
+    parseOptions("new Model", ModelOptionsSchema, options);
+    this.name = options.name;
+    this.baseURL = (options.baseURL ?? "https://api.openai.com/v1").replace(/\/+$/, "");
+    this.apiKey = options.apiKey ?? process.env.OPENAI_API_KEY ?? "unset";
+    this.fetch = recordingFetch({ owner: this, label: this.name, askForTokens: false });
+    this.client = new OpenAI({ apiKey: this.apiKey, baseURL: this.baseURL, fetch: this.fetch });
+  }
+
+  /** The baseline configured by environment variables, or null when none is. */
+  static fromEnv(): Model | null {
+    const name = process.env.ART_BASELINE_MODEL;
+    if (!name) return null;
+    return new Model({ name, baseURL: process.env.ART_BASELINE_BASE_URL, apiKey: process.env.ART_BASELINE_API_KEY });
+  }
+
+  inferenceName(): string {
+    return this.name;
+  }
+
+  openai(): OpenAI {
+    return this.client;
+  }
+
+  rollout(fn: (trajectory: Trajectory) => unknown, init?: TrajectoryInit): Promise<Trajectory> {
+    return runRollout(this, fn, init);
+  }
+}
+
+/** Options of a {@link TrainableModel}. */
+export interface TrainableModelOptions {
+  /** The model's name: served as `name@step` (letters, digits, `.`, `_`, `-`). */
+  name: string;
+  /** A project groups models on disk: `<dataDir>/<project>/models/<name>/`. */
+  project: string;
+  /**
+   * The base model (default {@link DEFAULT_BASE_MODEL}): a Hugging Face id the server has (local cache
+   * or packaged), `builtin:tiny` / `builtin:small`, or a folder on the server.
+   */
+  baseModel?: string;
+  /** LoRA configuration (defaults r=8, alpha=16, dropout 0, all attention and MLP projections). */
+  lora?: LoraConfig;
+}
+
+const TrainableModelOptionsSchema = z.object({
+  name: safeNameOption,
+  project: safeNameOption,
+  baseModel: z.string().min(1).optional(),
+  lora: LoraConfigSchema.optional(),
+}).strict();
+
+/** Options of {@link TrainableModel.train} beyond the GRPO config. */
+export interface TrainOptions extends TrainConfig {
+  /** Keep serving the previous step while this one trains (default: requests wait for the new one). */
+  servePreviousDuringTraining?: boolean;
+  /** Show a progress line (default true). */
+  progress?: boolean;
+  /** Each line the server streams (start, progress, warnings, result). */
+  onEvent?: (event: TrainEvent) => void;
+}
+
+const TrainOptionsSchema = TrainConfigSchema.extend({
+  servePreviousDuringTraining: z.boolean().optional(),
+  progress: z.boolean().optional(),
+  onEvent: functionOption<(event: TrainEvent) => void>().optional(),
+}).strict();
+
+/** Checks the options of `model.train` for `call` (e.g. a loop that passes them on later). */
+export function checkTrainOptions(call: string, options: unknown): TrainOptions {
+  return parseOptions(call, TrainOptionsSchema, options);
+}
+
+/** Options of {@link TrainableModel.trainSft} beyond the SFT config. */
+export interface TrainSftOptions extends SftConfig {
+  /** Show a progress line (default true). */
+  progress?: boolean;
+  /** Each line the server streams. */
+  onEvent?: (event: TrainEvent) => void;
+}
+
+const TrainSftOptionsSchema = SftConfigSchema.extend({
+  progress: z.boolean().optional(),
+  onEvent: functionOption<(event: TrainEvent) => void>().optional(),
+}).strict();
+
+const LogOptionsSchema = z.object({ split: z.string().regex(/^[A-Za-z0-9 _.-]{1,64}$/, "must be 1-64 letters, digits, spaces, '.', '_' or '-'").optional() }).strict();
+const DeleteCheckpointsOptionsSchema = z.object({
+  keepBestBy: z.string().regex(/^[A-Za-z0-9_.-]+\/[A-Za-z0-9_./-]+$/, "must be `split/metric`, e.g. `val/reward`").optional(),
+}).strict();
+
+/**
+ * A model trained with LoRA on a backend.
+ *
+ * ```ts
+ * const model = new TrainableModel({ name: "agent", project: "tictactoe" });   // SmolLM2-135M-Instruct
+ * await model.register(backend);
+ * const client = model.openai();      // asks for token ids and logprobs on every request
+ * ```
+ */
+export class TrainableModel implements ChatModel {
+  readonly name: string;
+  readonly project: string;
+  readonly baseModel: string;
+  readonly lora: LoraConfig | undefined;
+  /**
+   * The fetch for frameworks (with {@link TrainableModel.baseURL}): asks every chat completion for
+   * token ids and logprobs, and records it inside {@link TrainableModel.rollout}.
+   */
+  readonly fetch: typeof fetch;
+  private backendRef: Backend | undefined;
+  private client: OpenAI | undefined;
+  private step = 0;
+  /** Notices already shown for this model (each cause once). */
+  private readonly noticesShown = new Set<string>();
+
+  constructor(options: TrainableModelOptions) {
+    parseOptions("new TrainableModel", TrainableModelOptionsSchema, options);
+    this.name = options.name;
+    this.project = options.project;
+    this.baseModel = options.baseModel ?? DEFAULT_BASE_MODEL;
+    this.lora = options.lora;
+    this.fetch = recordingFetch({ owner: this, label: this.name, askForTokens: true, base: (input, init) => this.backendFetch(input, init) });
+  }
+
+  /** The backend it is registered on. */
+  get backend(): Backend {
+    if (!this.backendRef) throw new ModelNotRegisteredError(`model ${this.name} is not registered: call \`await model.register(backend)\` first`);
+    return this.backendRef;
+  }
+
+  /** Registers (step 0) or resumes (latest step) the model on `backend`. */
+  async register(backend: Backend): Promise<RegisteredModel> {
+    const info = await backend.request("POST", "/v1/art/models/register", ModelInfo, {
+      name: this.name, project: this.project, base_model: this.baseModel, ...(this.lora ? { lora: loraToWire(this.lora) } : {}),
+    });
+    this.backendRef = backend;
+    this.client = undefined;
+    this.step = info.step;
+    return registeredModelFromWire(info);
+  }
+
+  /** `name@step` for a step, or the bare name (its latest step) when none is given. */
+  inferenceName(step?: number): string {
+    return step === undefined ? this.name : `${this.name}@${step}`;
+  }
+
+  /** The latest step, asked of the backend. */
+  async getStep(): Promise<number> {
+    const info = await this.info();
+    this.step = info.step;
+    return info.step;
+  }
+
+  private info(): Promise<ModelInfo> {
+    return this.backend.request("GET", `/v1/art/models/${encodeURIComponent(this.name)}`, ModelInfo);
+  }
+
+  /** The backend's OpenAI-compatible base URL (`<server>/v1`). */
+  get baseURL(): string {
+    return `${this.backend.url}/v1`;
+  }
+
+  /** The backend's bearer token, as the API key frameworks send. */
+  get apiKey(): string {
+    return this.backend.token;
+  }
+
+  /**
+   * An `openai` client for the backend's OpenAI-compatible endpoint. Every chat completion it
+   * sends asks for logprobs and token ids, so choices can be pushed into trajectories and trained;
+   * inside {@link TrainableModel.rollout} they are recorded without pushing.
+   */
+  openai(): OpenAI {
+    if (!this.client) {
+      this.client = new OpenAI({ baseURL: this.baseURL, apiKey: this.apiKey, fetch: this.fetch, maxRetries: 2 });
+    }
+    return this.client;
+  }
+
+  /**
+   * Runs agent code in a rollout and resolves with its trajectory: every chat completion sent
+   * through {@link TrainableModel.fetch} (any framework given it) or `openai()` while `fn` runs
+   * is recorded in order with its prompt ids, token ids and logprobs, streamed or not, with the
+   * tool calls and tool results between them. Parallel rollouts do not mix.
+   *
+   * ```ts
+   * const t = await model.rollout(async (t) => {
+   *   const { text } = await generateText({ model: provider(model.inferenceName()), tools, prompt, stopWhen: stepCountIs(5) });
+   *   t.reward = text.includes(answer) ? 1 : 0;
+   * });
+   * ```
+   */
+  rollout(fn: (trajectory: Trajectory) => unknown, init?: TrajectoryInit): Promise<Trajectory> {
+    return runRollout(this, fn, init);
+  }
+
+  /**
+   * One GRPO step on `groups`. Validates first (empty groups, non-finite rewards, choices without
+   * token ids: the message names the trajectory), warns about groups whose rewards are all equal,
+   * shows progress, and returns the new step with its metrics.
+   */
+  async train(groups: TrajectoryGroup[], options: TrainOptions = {}): Promise<TrainResult> {
+    const { servePreviousDuringTraining, progress, onEvent, ...config } = checkTrainOptions("model.train", options);
+    const wire = toWireGroups(groups, true);
+    const flat = groups.filter((g) => g.hasZeroVariance()).length;
+    // Shown once per model: a converging (or stuck) run has flat groups step after step, and each
+    // step's metrics.groupsSkippedByReason keeps counting them.
+    if (flat) {
+      notice(`${flat} of ${groups.length} groups have the same reward for every trajectory: GRPO gets no gradient ` +
+        "from them. Make the reward tell rollouts apart (partial credit, more rollouts per group). " +
+        "Shown once; each step's metrics.groupsSkippedByReason keeps counting.", { key: "flat-groups", seen: this.noticesShown });
+    }
+    return this.runStep("train", { groups: wire, config: trainConfigToWire(config),
+      serve_previous_during_training: servePreviousDuringTraining ?? false }, progress ?? true, onEvent);
+  }
+
+  /**
+   * One SFT step: trains on conversations (trajectories, `{messages, tools?}` objects, or the path
+   * of a JSONL file of them), loss on assistant turns. Makes a new step that RL continues from.
+   */
+  async trainSft(data: Trajectory[] | Conversation[] | string, options: TrainSftOptions = {}): Promise<TrainResult> {
+    const { progress, onEvent, ...config } = parseOptions("model.trainSft", TrainSftOptionsSchema, options);
+    if (typeof data !== "string" && !Array.isArray(data)) {
+      throw new BadTrajectoryError("model.trainSft: data must be trajectories, {messages, tools?} objects, or the path of a JSONL file of them");
+    }
+    const conversations = typeof data === "string" ? readJsonl(data) : data.map((item) =>
+      item instanceof Trajectory ? { messages: item.messages(), ...(item.tools ? { tools: item.tools } : {}) } : item);
+    if (!conversations.length) throw new BadTrajectoryError("model.trainSft: no conversations to train on");
+    conversations.forEach((c, i) => {
+      if (!c || !Array.isArray(c.messages) || !c.messages.some((m) => m?.role === "assistant")) {
+        throw new BadTrajectoryError(`model.trainSft: conversation ${i} has no assistant message to learn from`);
+      }
+    });
+    return this.runStep("train_sft", { conversations, config: sftConfigToWire(config) }, progress ?? true, onEvent);
+  }
+
+  /** The metrics history as a danfo DataFrame (needs the optional `danfojs-node`): step, split, and a column per numeric metric. */
+  async history(): Promise<HistoryFrame> {
+    const rows = await this.historyRows();
+    return historyFrame(rows);
+  }
+
+  /** The metrics history as plain rows (the server's metric names in camelCase, yours as you named them). */
+  async historyRows(): Promise<HistoryRow[]> {
+    const body = await this.backend.request("GET", `/v1/art/models/${encodeURIComponent(this.name)}/history`, z.object({ rows: z.array(HistoryRowWire) }));
+    return body.rows.map(historyRowFromWire);
+  }
+
+  /** Deletes every checkpoint but the latest and the best by `keepBestBy` (`split/metric`, default `val/reward`). */
+  async deleteCheckpoints(options: { keepBestBy?: string } = {}): Promise<DeleteCheckpointsResult> {
+    const { keepBestBy = "val/reward" } = parseOptions("model.deleteCheckpoints", DeleteCheckpointsOptionsSchema, options);
+    const [split, ...metric] = keepBestBy.split("/");
+    const result = await this.backend.request("POST", `/v1/art/models/${encodeURIComponent(this.name)}/delete_checkpoints`,
+      DeleteCheckpointsWire, { keep_best_by: `${split}/${metricNameToWire(metric.join("/"))}` });
+    return deleteCheckpointsFromWire(result);
+  }
+
+  /** Stores groups (default split "val") and their metrics at the current step; returns the history row. */
+  async log(groups: TrajectoryGroup[], options: { split?: string } = {}): Promise<HistoryRow> {
+    const { split = "val" } = parseOptions("model.log", LogOptionsSchema, options);
+    const row = await this.backend.request("POST", `/v1/art/models/${encodeURIComponent(this.name)}/log`, HistoryRowWire,
+      { split, groups: toWireGroups(groups, false) });
+    return historyRowFromWire(row);
+  }
+
+  /**
+   * The fetch under {@link TrainableModel.fetch}: a backend that can no longer be used (closed,
+   * crashed) answers with its message as an OpenAI-style 410, which clients report as is and do not retry.
+   */
+  private async backendFetch(input: Parameters<typeof fetch>[0], init?: RequestInit): Promise<Response> {
+    const unusable = this.backendRef?.unusable?.();
+    if (unusable) {
+      return new Response(JSON.stringify({ error: { message: `${unusable.name}: ${unusable.message}`, type: "backend_unusable", code: null } }),
+        { status: 410, headers: { "Content-Type": "application/json" } });
+    }
+    return fetch(input, init);
+  }
+
+  protected async runStep(kind: "train" | "train_sft", body: unknown, showProgress: boolean,
+    onEvent?: (event: TrainEvent) => void): Promise<TrainResult> {
+    const bar = showProgress ? new ProgressLine(kind === "train" ? `train ${this.name}` : `sft ${this.name}`) : null;
+    const events: TrainEvent[] = [];
+    try {
+      await this.streamStep(kind, body, events, bar, onEvent);
+    } catch (error) {
+      const start = events[0];
+      if (error instanceof ServerUnreachableError && start?.type === "start") throw await this.stepOutcome(error, start.step);
+      throw error;
+    }
+    const result = events[events.length - 1];
+    if (!result || result.type !== "result") {
+      throw new ServerProtocolError(`model.${kind === "train" ? "train" : "trainSft"}: the server's stream ended without a result; ` +
+        "the step may not have completed: call model.getStep() to see where the model is");
+    }
+    this.step = result.step;
+    bar?.finish({ done: 1, total: 1, detail: `step ${result.step}` });
+    const { step: fromStep, split: _split, time: _time, trainedIntoStep: _into, ...metrics } = result.metrics;
+    return { step: result.step, fromStep, metrics: metrics as StepMetrics, events };
+  }
+
+  private async streamStep(kind: "train" | "train_sft", body: unknown, events: TrainEvent[], bar: ProgressLine | null,
+    onEvent?: (event: TrainEvent) => void): Promise<void> {
+    await this.backend.stream(`/v1/art/models/${encodeURIComponent(this.name)}/${kind}`, body, (line) => {
+      const event = trainEventFromWire(line);
+      events.push(event);
+      if (event.type === "progress") {
+        bar?.update({ done: event.gradientStep, total: event.gradientSteps, detail: `loss ${event.loss.toFixed(4)} · grad ${event.gradNorm.toFixed(3)}` });
+      } else if (event.type === "warning") {
+        // A warning repeated step after step (e.g. "nothing to train") is shown once per model.
+        notice(event.message, { seen: this.noticesShown });
+      }
+      onEvent?.(event);
+    });
+  }
+
+  /**
+   * The connection broke during a step the server had started: the server finishes it on its own (it
+   * commits it whole, or rolls it back whole), so ask where the model ended up and say which.
+   */
+  private async stepOutcome(error: ServerUnreachableError, step: number): Promise<ServerUnreachableError> {
+    let outcome = "call model.getStep() once the server answers to see whether the step was saved";
+    try {
+      const deadline = Date.now() + 30_000;
+      let info = await this.info();
+      while (info.training && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        info = await this.info();
+      }
+      this.step = info.step;
+      if (!info.training) {
+        outcome = info.step >= step
+          ? `the server saved the step before the connection broke: the model is at step ${info.step}`
+          : `the server rolled the step back: the model is still at step ${info.step}; train again`;
+      }
+    } catch {
+      // the server does not answer: the outcome stays unknown
+    }
+    return new ServerUnreachableError(`${error.message}. ${outcome}`, { cause: error });
+  }
+}
+
+/** The wire groups, validated: names the group and trajectory at fault. */
+function toWireGroups(groups: TrajectoryGroup[], needTokens: boolean) {
+  if (!Array.isArray(groups)) throw new BadTrajectoryError("expected an array of TrajectoryGroup (e.g. the result of gatherTrajectoryGroups)");
+  if (!groups.length) throw new BadTrajectoryError("no groups to send: gather some rollouts first");
+  return groups.map((group, g) => {
+    if (!Array.isArray(group?.trajectories)) throw new BadTrajectoryError(`group ${g} is not a TrajectoryGroup`);
+    if (!group.trajectories.length) {
+      throw new BadTrajectoryError(`group ${g} has no finished trajectories${group.exceptions.length ? ` (${group.exceptions.length} rollouts threw)` : ""}`);
+    }
+    return group.trajectories.map((t, i) => {
+      const label = `group ${g}, trajectory ${i}`;
+      if (needTokens && !t.choices().length) {
+        throw new BadTrajectoryError(`${label} has no sampled choices: push the completions from model.openai() into it`);
+      }
+      return t.toWire(label);
+    });
+  });
+}

@@ -1,0 +1,145 @@
+/**
+ * RULER-style relative scoring: an LLM judge reads every trajectory of a group and scores each
+ * from 0 to 1 against the others, with a rubric. Works with any OpenAI-compatible judge.
+ * @module
+ */
+import type OpenAI from "openai";
+import { z } from "zod";
+import type { ChatModel } from "../client/model";
+import { ArtError, ModelCallError } from "../core/errors";
+import { parseOptions } from "../core/options";
+import type { MessageParam, TrajectoryGroup } from "../core/trajectory";
+
+/** The judge's answer, validated. */
+export const JudgeScores = z.object({
+  scores: z.array(z.object({
+    trajectory_id: z.union([z.string(), z.number()]).transform(String),
+    explanation: z.string().default(""),
+    score: z.number().min(0).max(1),
+  })),
+});
+export type JudgeScores = z.infer<typeof JudgeScores>;
+
+/** The judge did not give one valid score per trajectory, even after a retry. */
+export class JudgeOutputError extends ArtError {
+  constructor(
+    message: string,
+    readonly outputs: string[],
+  ) {
+    super(message);
+  }
+}
+
+/** The default rubric: what a good trajectory is, when the caller gives none. */
+export const DEFAULT_RUBRIC = [
+  "A trajectory that achieves its goal scores higher than one that does not.",
+  "Among trajectories that achieve the goal, the more efficient and correct one scores higher.",
+  "Give partial credit for progress towards the goal.",
+].join("\n");
+
+/** Options of {@link rulerScoreGroup}. */
+export interface RulerOptions {
+  /** The judge: a {@link Model} (e.g. an OpenAI model) or a trained model. */
+  judge: ChatModel;
+  /** What makes a trajectory good (default {@link DEFAULT_RUBRIC}). */
+  rubric?: string;
+  /** Judge sampling temperature (default 0). */
+  temperature?: number;
+  /** Judge max tokens (default 1024). */
+  maxTokens?: number;
+}
+
+const RulerOptionsSchema = z.object({
+  judge: z.custom<ChatModel>((v) => typeof (v as ChatModel)?.openai === "function" && typeof (v as ChatModel)?.inferenceName === "function",
+    { message: "must be a model (new Model({...}) or a TrainableModel)" }),
+  rubric: z.string().min(1).optional(),
+  temperature: z.number().min(0).max(2).optional(),
+  maxTokens: z.number().int().min(1).max(1_000_000).optional(),
+}).strict();
+
+/** The judge's conversation for a group (exported so a judge can be taught it). */
+export function judgeMessages(group: TrajectoryGroup, rubric: string = DEFAULT_RUBRIC): MessageParam[] {
+  const transcripts = group.trajectories.map((t, i) => {
+    const turns = t.messages().map((m) => `${m.role}: ${typeof m.content === "string" ? m.content : JSON.stringify(m.content ?? "")}`);
+    return `<trajectory id="${i + 1}">\n${turns.join("\n")}\n</trajectory>`;
+  });
+  return [
+    {
+      role: "system",
+      content: `You compare attempts at the same task and score each from 0 to 1, relative to the others.\nRubric:\n${rubric}\n` +
+        `Reply with JSON only: {"scores": [{"trajectory_id": "1", "explanation": "...", "score": 0.5}, ...]}, one entry per trajectory.`,
+    },
+    { role: "user", content: transcripts.join("\n\n") },
+  ];
+}
+
+/** What the judge is told when its reply was not usable. */
+export function judgeRetryMessage(problem: string, n: number): string {
+  return `That reply was not usable: ${problem}. Reply again with JSON only, exactly ${n} scores.`;
+}
+
+/** The first JSON object in a reply (judges like to wrap it in prose or code fences). */
+export function parseJudgeReply(text: string): JudgeScores {
+  const start = text.indexOf("{");
+  const end = text.lastIndexOf("}");
+  if (start < 0 || end <= start) throw new JudgeOutputError("no JSON object in the reply", [text]);
+  let json: unknown;
+  try {
+    json = JSON.parse(text.slice(start, end + 1));
+  } catch (error) {
+    throw new JudgeOutputError(`the reply's JSON does not parse (${(error as Error).message})`, [text]);
+  }
+  const parsed = JudgeScores.safeParse(json);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new JudgeOutputError(`the reply's JSON is not {"scores": [{"trajectory_id", "explanation", "score" 0..1}]} ` +
+      `(${issue?.path.join(".") || "reply"}: ${issue?.message})`, [text]);
+  }
+  return parsed.data;
+}
+
+/**
+ * Scores every trajectory of `group` with the judge: the score becomes the reward, the previous
+ * reward is kept in `metrics.independentReward`, and the judge's explanation is added to `logs`.
+ * When the reply is not valid or has the wrong number of scores, the judge is asked once more,
+ * told what was wrong; a second failure throws {@link JudgeOutputError}.
+ */
+export async function rulerScoreGroup(group: TrajectoryGroup, options: RulerOptions): Promise<TrajectoryGroup> {
+  parseOptions("rulerScoreGroup", RulerOptionsSchema, options);
+  const n = group.trajectories.length;
+  if (n < 2) return group; // nothing to compare
+  const messages = judgeMessages(group, options.rubric);
+  const outputs: string[] = [];
+  let problem = "";
+  for (let attempt = 0; attempt < 2; attempt++) {
+    let completion: OpenAI.Chat.Completions.ChatCompletion;
+    try {
+      completion = await options.judge.openai().chat.completions.create({
+        model: options.judge.inferenceName(), messages, temperature: options.temperature ?? 0, max_tokens: options.maxTokens ?? 1024,
+      });
+    } catch (error) {
+      throw new ModelCallError(`rulerScoreGroup: the judge ${options.judge.inferenceName()} failed: ${(error as Error).message}`, { cause: error });
+    }
+    const text = completion.choices[0]?.message.content ?? "";
+    outputs.push(text);
+    try {
+      const parsed = parseJudgeReply(text);
+      const ids = new Set(parsed.scores.map((s) => s.trajectory_id));
+      if (parsed.scores.length !== n || ![...Array(n).keys()].every((i) => ids.has(String(i + 1)))) {
+        throw new Error(`expected ${n} scores with trajectory_id 1..${n}, got ${parsed.scores.length}`);
+      }
+      for (const score of parsed.scores) {
+        const trajectory = group.trajectories[Number(score.trajectory_id) - 1]!;
+        trajectory.metrics.independentReward = trajectory.reward;
+        trajectory.reward = score.score;
+        trajectory.log(`judge: ${score.score.toFixed(3)} ${score.explanation}`.trimEnd());
+      }
+      return group;
+    } catch (error) {
+      problem = (error as Error).message;
+      messages.push({ role: "assistant", content: text }, { role: "user", content: judgeRetryMessage(problem, n) });
+    }
+  }
+  throw new JudgeOutputError(`the judge gave no usable scores for ${n} trajectories after a retry (${problem}); ` +
+    "try a stronger judge model or a shorter group", outputs);
+}
