@@ -1,17 +1,20 @@
 /**
- * art-ts: the public door of the TypeScript client. Notebook cells import from here:
- * `import { TrainableModel, LocalBackend, showPlotly } from "../lib/index";`
- * (tslab resolves a file, not a folder, so name `index`); the npm package exports the same names.
+ * art-ts: the public door of the TypeScript client, and the only module a user imports:
+ * `import { TrainableModel, LocalBackend } from "art-ts"` in your project, and in a notebook cell
+ * `from "./lib/index"` (the project's kernel runs in the project root; tslab resolves a file, not
+ * a folder, so name `index`).
  *
- * The folders are layers; a file imports only from its own folder or a layer below it
- * (tests/ts/layers.test.ts keeps it so):
+ * The source folders are layers; a file imports only from its own folder or a layer below it
+ * (`tests/ts/layers.test.ts` keeps it so). Top to bottom:
  *
- *   notebook/      what a notebook cell calls: parameters, connecting, the training loop, charts
- *   integrations/  the Hugging Face Hub, the RULER judge, MCP tools
- *   client/        models and backends: the server's process and HTTP API, training, rollouts in parallel
- *   capture/       recording a rollout's model calls (with their token ids) into its trajectory
- *   display/       showing things in a notebook, with terminal fallbacks
- *   core/          what every layer shares: errors, option checks, trajectories, the wire's schemas
+ * - `lib/notebook/`: what a notebook cell calls: parameters, connecting, the training loop, charts
+ * - `lib/integrations/`: the Hugging Face Hub, the RULER judge, MCP tools
+ * - `lib/client/`: models and backends: the server's process and HTTP API, training, rollouts in parallel
+ * - `lib/capture/`: recording a rollout's model calls (with their token ids) into its trajectory
+ * - `lib/display/`: showing things in a notebook, with terminal fallbacks
+ * - `lib/core/`: what every layer shares: errors, option checks, trajectories, the wire's schemas
+ *
+ * Guides: `docs/client.md` (the client), `docs/training.md` (options and metrics).
  * @module
  */
 export * from "./core/errors";

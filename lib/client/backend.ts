@@ -18,7 +18,10 @@ export interface Backend {
   readonly token: string;
   /** A JSON request, validated with `schema`; throws typed errors. */
   request<T>(method: "GET" | "POST", path: string, schema: z.ZodType<T>, body?: unknown): Promise<T>;
-  /** A streaming NDJSON request; `onLine` sees every line; resolves with all of them (an error line throws). */
+  /**
+   * @internal A streaming NDJSON request in the wire's form (what `model.train` reads); `onLine`
+   * sees every line; resolves with all of them (an error line throws).
+   */
   stream(path: string, body: unknown, onLine?: (line: StreamLine) => void): Promise<StreamLine[]>;
   /** Frees what the backend holds (a local server process). */
   close(): Promise<void>;
@@ -96,6 +99,7 @@ export class RemoteBackend implements Backend {
     return parseAnswer(path, schema, text);
   }
 
+  /** @internal See {@link Backend.stream}. */
   async stream(path: string, body: unknown, onLine?: (line: StreamLine) => void): Promise<StreamLine[]> {
     const response = await this.send("POST", path, body);
     if (!response.body) throw new ServerProtocolError(`${path}: the server answered ${response.status} with no body`);

@@ -25,10 +25,13 @@ export interface GatherOptions {
 
 /** Where a gathering stands: rollouts finished of all, their mean reward so far, exceptions. */
 export interface GatherProgress {
+  /** Rollouts finished (or failed). */
   done: number;
+  /** Rollouts in all. */
   total: number;
   /** Mean reward of the finished rollouts (NaN before the first). */
   reward: number;
+  /** Rollouts that threw so far. */
   exceptions: number;
 }
 
@@ -44,6 +47,7 @@ const GatherOptionsSchema = z.object({
 export class GatherError extends ArtError {
   constructor(
     message: string,
+    /** Every error the rollouts threw (the first is also `cause`). */
     readonly errors: unknown[],
   ) {
     super(message, { cause: errors[0] });

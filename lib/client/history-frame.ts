@@ -5,8 +5,16 @@
 import { MissingDependencyError } from "../core/errors";
 import type { HistoryRow } from "../core/results";
 
-/** Numeric columns only; a metric missing from a row is NaN. */
-export function historyColumns(rows: HistoryRow[]): { columns: string[]; records: Array<Record<string, number | string>> } {
+/** The columns of a history table and its rows as records. */
+export interface HistoryColumns {
+  /** `step`, `split`, then every metric that is a number or a boolean in some row. */
+  columns: string[];
+  /** One record per row; a metric missing from a row is NaN, booleans become 0 or 1. */
+  records: Array<Record<string, number | string>>;
+}
+
+/** The history rows as numeric columns (what {@link historyFrame} puts in its DataFrame). */
+export function historyColumns(rows: HistoryRow[]): HistoryColumns {
   const columns = ["step", "split"];
   for (const row of rows) {
     for (const [key, value] of Object.entries(row)) {
@@ -26,11 +34,17 @@ export function historyColumns(rows: HistoryRow[]): { columns: string[]; records
  * package's declarations do not name its types; with it installed, cast to its `DataFrame` for the rest.
  */
 export interface HistoryFrame {
+  /** Column names: `step`, `split`, then one per metric. */
   readonly columns: string[];
+  /** The rows, each an array in column order. */
   readonly values: unknown[];
+  /** `[rows, columns]`. */
   readonly shape: number[];
+  /** Prints the frame as a table. */
   print(): void;
+  /** The first `rows` rows (default 5). */
   head(rows?: number): HistoryFrame;
+  /** The last `rows` rows (default 5). */
   tail(rows?: number): HistoryFrame;
 }
 

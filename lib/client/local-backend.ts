@@ -16,7 +16,10 @@ import { findServerCommand, workspaceRoot } from "./server-command";
 
 /** Options of {@link LocalBackend.start}. */
 export interface LocalBackendOptions {
-  /** Models, checkpoints and logs (default `.art` in the current directory; in a clone of art-ts, its `.art`). */
+  /**
+   * Models, checkpoints and logs (default `ART_DATA_DIR`, else `.art` in the current directory; in a
+   * clone of art-ts, its `.art`).
+   */
   dataDir?: string;
   /** The base model to load at start (default {@link DEFAULT_BASE_MODEL}). */
   baseModel?: string;
@@ -108,7 +111,7 @@ export class LocalBackend extends RemoteBackend {
   static async start(options: LocalBackendOptions = {}): Promise<LocalBackend> {
     options = parseOptions("LocalBackend.start", LocalBackendOptionsSchema, options);
     const root = path.resolve(options.projectRoot ?? workspaceRoot());
-    const dataDir = path.resolve(options.dataDir ?? path.join(root, ".art"));
+    const dataDir = path.resolve(options.dataDir ?? (process.env.ART_DATA_DIR || path.join(root, ".art")));
     const reused = await reuse(dataDir);
     if (reused) return new LocalBackend(reused);
     const server = findServerCommand({ serverCommand: options.serverCommand, root: options.projectRoot });

@@ -26,7 +26,9 @@ import { historyFrame, type HistoryFrame } from "./history-frame";
 
 /** A conversation to learn from with SFT. */
 export interface Conversation {
+  /** The messages, ending with the assistant turn(s) to learn. */
   messages: MessageParam[];
+  /** The tools offered in it (OpenAI tool definitions). */
   tools?: ToolParam[];
 }
 
@@ -91,6 +93,7 @@ const ModelOptionsSchema = z.object({
  * (falling back to `OPENAI_API_KEY`).
  */
 export class Model implements ChatModel {
+  /** The model name sent with each request. */
   readonly name: string;
   readonly baseURL: string;
   readonly apiKey: string;
@@ -198,9 +201,13 @@ const DeleteCheckpointsOptionsSchema = z.object({
  * ```
  */
 export class TrainableModel implements ChatModel {
+  /** Its name within the project; steps are served as `name@step`. */
   readonly name: string;
+  /** The project it belongs to (a folder on the server). */
   readonly project: string;
+  /** The base model its LoRA adapter trains on. */
   readonly baseModel: string;
+  /** Its LoRA configuration, or undefined for the server's defaults. */
   readonly lora: LoraConfig | undefined;
   /**
    * The fetch for frameworks (with {@link TrainableModel.baseURL}): asks every chat completion for

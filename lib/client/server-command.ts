@@ -10,7 +10,9 @@ import { ConfigurationError } from "../core/errors";
 
 /** A command that starts the server: an executable and the arguments before the server's flags. */
 export interface ServerCommand {
+  /** The executable. */
   command: string;
+  /** Arguments before the server's own flags (e.g. `["-m", "art_server"]`). */
   args: string[];
   /** Where it came from, for messages. */
   source: string;

@@ -17,6 +17,7 @@ export interface LoraConfig {
   targetModules?: string[];
 }
 
+/** @internal The zod schema that checks a {@link LoraConfig} (the interface documents each field). */
 export const LoraConfigSchema = z.object({
   r: z.number().int().min(1).max(512).optional(),
   alpha: z.number().int().min(1).max(4096).optional(),
@@ -52,6 +53,7 @@ export interface TrainConfig {
   maxSequenceLength?: number;
 }
 
+/** @internal The zod schema that checks a {@link TrainConfig} (the interface documents each field). */
 export const TrainConfigSchema = z.object({
   learningRate: z.number().gt(0).max(1).optional(),
   loss: z.enum(["ppo", "cispo"]).optional(),
@@ -89,6 +91,7 @@ export interface SftConfig {
   seed?: number;
 }
 
+/** @internal The zod schema that checks a {@link SftConfig} (the interface documents each field). */
 export const SftConfigSchema = z.object({
   learningRate: z.number().gt(0).max(1).optional(),
   epochs: z.number().int().min(1).max(1000).optional(),

@@ -17,8 +17,11 @@ export class ArtError extends Error {
 export class ServerApiError extends ArtError {
   constructor(
     message: string,
+    /** The HTTP status (4xx for a request to fix, 5xx for a step that failed on the server). */
     readonly status: number,
+    /** The OpenAI-style error code, e.g. `invalid_value`, `model_not_found` or `context_length_exceeded`. */
     readonly code: string | null,
+    /** The request field the error is about, when the server named one. */
     readonly param: string | null = null,
   ) {
     super(message);
@@ -47,6 +50,7 @@ export class BadTrajectoryError extends ArtError {}
 export class ServerCrashedError extends ArtError {
   constructor(
     message: string,
+    /** The last lines of the server's log. */
     readonly logTail: string,
   ) {
     super(message);

@@ -53,7 +53,10 @@ export const httpUrlOption = z.string().regex(/^https?:\/\/[^\s/]+\S*$/, "must b
 /** A name that becomes part of paths and model names: 1-64 letters, digits, `.`, `_`, `-`. */
 export const safeNameOption = z.string().regex(/^[A-Za-z0-9._-]{1,64}$/, "must be 1-64 letters, digits, '.', '_' or '-'");
 
-/** A function-valued option. */
+/**
+ * A function-valued option.
+ * @typeParam F - the function's type, kept for the option's type
+ */
 export function functionOption<F extends (...args: never[]) => unknown>() {
   return z.custom<F>((value) => typeof value === "function", { message: "must be a function" });
 }

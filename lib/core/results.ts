@@ -11,40 +11,61 @@ export interface StepMetrics {
   reward?: number;
   /** Population standard deviation of the rewards. */
   rewardStd?: number;
+  /** Trajectories in the step or evaluation. */
   trajectories?: number;
+  /** Groups sent. */
   groups?: number;
+  /** Groups that trained (the rest were skipped: see `groupsSkippedByReason`). */
   groupsTrained?: number;
+  /** Groups skipped. */
   groupsSkipped?: number;
   /** Why groups were skipped: `equalRewards`, `missingTokens`, `tooLong`, `tooSmall`. */
   groupsSkippedByReason?: Record<string, number>;
+  /** Trajectories in the trained groups. */
   trajectoriesTrained?: number;
+  /** Sequences trained: one per trajectory, more when a trajectory was split into segments. */
   sequences?: number;
+  /** Calls that did not continue the conversation before them, so started a new segment (each trains with its own prompt). */
   sequencesSplit?: number;
   /** Policy loss (GRPO) or the last batch's loss (SFT). */
   loss?: number;
   /** SFT: the first batch's loss. */
   lossFirst?: number;
+  /** Gradient norm before clipping to `maxGradNorm`, mean over the gradient steps. */
   gradNorm?: number;
+  /** Share of trained tokens whose importance ratio left `[1 - epsLow, 1 + epsHigh]`. */
   clipFraction?: number;
+  /** KL between the sampler's and the trainer's logprobs (k3 estimator): how off-policy the step was. */
   approxKl?: number;
+  /** KL to the base model (k3), with `klCoef` above 0. */
   klRef?: number;
+  /** Mean entropy of the policy's next-token distribution at the trained tokens; a fast fall means collapse. */
   entropy?: number;
+  /** Completion tokens the step trained on. */
   tokensTrained?: number;
   /** SFT: tokens learned from. */
   tokens?: number;
   /** SFT: conversations learned from. */
   conversations?: number;
+  /** Optimizer steps taken. */
   gradientSteps?: number;
   /** `grpo` or `sft` for training rows. */
   kind?: string;
   /** Set when the step trained nothing (e.g. every group had equal rewards): why. */
   nothingTrained?: string;
+  /** One line per skipped group or sequence, naming it and why. */
   skipDetails?: string[];
+  /** Seconds spent turning the trajectories into token sequences. */
   tokenizeSeconds?: number;
+  /** Seconds of forward and backward passes (and optimizer steps). */
   forwardBackwardSeconds?: number;
+  /** Seconds writing the checkpoint. */
   saveSeconds?: number;
+  /** Seconds until the new adapter served. */
   reloadSeconds?: number;
+  /** vllm engine: seconds putting vLLM to sleep before training. */
   sleepSeconds?: number;
+  /** vllm engine: seconds waking vLLM after training. */
   wakeSeconds?: number;
   /** Your trajectories' metrics (means; booleans as rates), under the names you gave them. */
   [metric: string]: unknown;
@@ -54,6 +75,7 @@ export interface StepMetrics {
 export interface HistoryRow extends StepMetrics {
   /** The step the trajectories were sampled at (a training row: the step it trained from). */
   step: number;
+  /** `train` or `sft` for a training step; the name given to `model.log` (e.g. `val`) for an evaluation. */
   split: string;
   /** Unix time in seconds. */
   time?: number;
@@ -63,10 +85,48 @@ export interface HistoryRow extends StepMetrics {
 
 /** A line streamed while a step trains. */
 export type TrainEvent =
-  | { type: "start"; fromStep: number; step: number; [metric: string]: unknown }
-  | { type: "progress"; gradientStep: number; gradientSteps: number; loss: number; gradNorm: number; lr: number; [metric: string]: unknown }
-  | { type: "warning"; message: string; details?: string[] }
-  | { type: "result"; step: number; metrics: HistoryRow };
+  | {
+    /** The step started. */
+    type: "start";
+    /** The step it trains from. */
+    fromStep: number;
+    /** The step it will produce. */
+    step: number;
+    /** The batch's reward statistics and its group, trajectory and sequence counts, as in {@link StepMetrics}. */
+    [metric: string]: unknown;
+  }
+  | {
+    /** One gradient step finished. */
+    type: "progress";
+    /** Which gradient step, from 1. */
+    gradientStep: number;
+    /** Gradient steps in this training step. */
+    gradientSteps: number;
+    /** Its policy loss. */
+    loss: number;
+    /** Its gradient norm before clipping. */
+    gradNorm: number;
+    /** Its learning rate. */
+    lr: number;
+    /** Its clip fraction, approximate KL and entropy, as in {@link StepMetrics}. */
+    [metric: string]: unknown;
+  }
+  | {
+    /** Advice about the batch (e.g. groups with equal rewards). */
+    type: "warning";
+    /** What to know, in a sentence. */
+    message: string;
+    /** One line per group or trajectory concerned. */
+    details?: string[];
+  }
+  | {
+    /** The step committed. */
+    type: "result";
+    /** The new step. */
+    step: number;
+    /** Its history row. */
+    metrics: HistoryRow;
+  };
 
 /** The result of a training step (`model.train` or `model.trainSft`). */
 export interface TrainResult {
@@ -82,14 +142,27 @@ export interface TrainResult {
 
 /** A model as the server registered it. */
 export interface RegisteredModel {
+  /** The model's name. */
   name: string;
+  /** The project it belongs to. */
   project: string;
+  /** The base model its adapter trains on. */
   baseModel: string;
   /** The latest step (0 for a new model). */
   step: number;
   /** The name to send to the OpenAI endpoint for the latest step. */
   inferenceName: string;
-  lora: { r: number; alpha: number; dropout: number; targetModules: string[] };
+  /** Its LoRA configuration, fixed at the first registration. */
+  lora: {
+    /** Rank. */
+    r: number;
+    /** Scaling alpha. */
+    alpha: number;
+    /** Dropout. */
+    dropout: number;
+    /** Adapted module names. */
+    targetModules: string[];
+  };
   /** Its folder on the server. */
   path: string;
   /** True while a step trains. */
@@ -100,7 +173,9 @@ export interface RegisteredModel {
 
 /** What `deleteCheckpoints` did. */
 export interface DeleteCheckpointsResult {
+  /** Steps whose checkpoints were deleted. */
   deleted: number[];
+  /** Steps kept. */
   kept: number[];
   /** The best step by `keepBestBy`, or null when no row has that metric. */
   bestStep: number | null;

@@ -15,6 +15,7 @@ export type ToolParam = OpenAI.Chat.Completions.ChatCompletionTool;
 
 /** An assistant turn sampled from the model, with what training needs. */
 export interface SampledChoice {
+  /** Tells a sampled choice from a message in `messagesAndChoices`. */
   readonly kind: "choice";
   /** The choice as the OpenAI client returned it. */
   readonly choice: ChatCompletion["choices"][number];
@@ -66,10 +67,15 @@ export function sampledChoice(completion: ChatCompletion, index = 0): SampledCho
 
 /** What a new {@link Trajectory} can start with. */
 export interface TrajectoryInit {
+  /** The conversation so far: messages, and choices sampled by the server. */
   messagesAndChoices?: MessageOrChoice[];
+  /** The tools the model was offered (OpenAI tool definitions). */
   tools?: ToolParam[];
+  /** The reward (default 0). */
   reward?: number;
+  /** Your metrics; booleans are averaged as rates. */
   metrics?: Record<string, number | boolean>;
+  /** Anything to keep with it (not trained on). */
   metadata?: Record<string, unknown>;
 }
 
@@ -84,10 +90,15 @@ export interface TrajectoryInit {
  * ```
  */
 export class Trajectory {
+  /** The conversation: messages, and the choices sampled by the server with their token ids and logprobs. */
   messagesAndChoices: MessageOrChoice[];
+  /** The tools the model was offered (a captured rollout takes them from its requests). */
   tools: ToolParam[] | undefined;
+  /** The reward GRPO compares within the group; set it in your rollout. */
   reward: number;
+  /** Your metrics, averaged into the step's metrics under these names (booleans as rates). */
   metrics: Record<string, number | boolean>;
+  /** Anything to keep with it (not trained on). */
   metadata: Record<string, unknown>;
   /** Free-form notes (a judge's explanation lands here). */
   logs: string[] = [];
@@ -137,7 +148,7 @@ export class Trajectory {
     return this.choices().reduce((n, c) => n + c.tokenIds.length, 0);
   }
 
-  /** The wire form; throws {@link BadTrajectoryError} naming `label` when it cannot be sent. */
+  /** @internal The wire form; throws {@link BadTrajectoryError} naming `label` when it cannot be sent. */
   toWire(label = "trajectory"): TrajectoryWire {
     if (!Number.isFinite(this.reward)) throw new BadTrajectoryError(`${label}: reward is ${this.reward}; rewards must be finite numbers`);
     if (!this.messagesAndChoices.length) throw new BadTrajectoryError(`${label}: it has no messages`);
@@ -181,6 +192,7 @@ export type TrajectorySource = Trajectory | Promise<Trajectory> | (() => Promise
  * concurrency limit; promises already run.
  */
 export class TrajectoryGroup {
+  /** What it was made of: trajectories, promises, or functions that start a rollout. */
   readonly sources: TrajectorySource[];
   /** The finished trajectories (filled by gathering, or given directly). */
   trajectories: Trajectory[];

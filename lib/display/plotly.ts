@@ -9,8 +9,11 @@ import { DisplayHandle, escapeHtml, inNotebook } from "./output";
 
 /** A plotly figure: traces, layout and config exactly as plotly.js takes them. */
 export interface PlotlyFigure {
+  /** The traces. */
   data: Array<Record<string, unknown>>;
+  /** Titles, axes, size, legend. */
   layout?: Record<string, unknown>;
+  /** Plotly's display options (`responsive` is on by default). */
   config?: Record<string, unknown>;
 }
 

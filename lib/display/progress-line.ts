@@ -9,8 +9,11 @@ export type ProgressMode = "notebook" | "tty" | "log";
 
 /** What a progress line shows: a count with an optional total, and free text after it. */
 export interface ProgressState {
+  /** How many are done. */
   done: number;
+  /** How many in all; with it the line draws a bar and a percentage. */
   total?: number;
+  /** Text after the count (e.g. the running mean reward). */
   detail?: string;
 }
 
@@ -34,6 +37,7 @@ export function formatProgress(label: string, state: ProgressState, width = 20):
  * prints at most one line per `logIntervalMs` and always the final one.
  */
 export class ProgressLine {
+  /** Where it writes, chosen at construction unless `options.mode` says. */
   readonly mode: ProgressMode;
   private readonly handle = new DisplayHandle();
   private lastDraw = 0;
@@ -41,6 +45,7 @@ export class ProgressLine {
   private finished = false;
 
   constructor(
+    /** The text before the count. */
     readonly label: string,
     private readonly options: { minIntervalMs?: number; logIntervalMs?: number; mode?: ProgressMode } = {},
   ) {

@@ -5,7 +5,12 @@
 import { displayBundle, escapeHtml } from "./output";
 
 /** Rows of a table: plain objects, or anything with danfo's `columns` and `values`. */
-export type TableInput = ReadonlyArray<Record<string, unknown>> | { columns: string[]; values: unknown[] };
+export type TableInput = ReadonlyArray<Record<string, unknown>> | {
+  /** Column names. */
+  columns: string[];
+  /** Rows, each an array in column order. */
+  values: unknown[];
+};
 
 function toRows(input: TableInput): { columns: string[]; rows: unknown[][] } {
   if (!Array.isArray(input)) {

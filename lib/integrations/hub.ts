@@ -83,12 +83,22 @@ export function modelCard(model: TrainableModel, step: number, history: HistoryR
   return `${lines.join("\n")}\n`;
 }
 
+/** What {@link pushToHub} uploaded, and where. */
+export interface PushToHubResult {
+  /** The repository (`user/name`). */
+  repo: string;
+  /** The checkpoint uploaded. */
+  step: number;
+  /** The commit's URL, when the Hub returned one. */
+  commitUrl: string | undefined;
+}
+
 /**
  * Uploads checkpoint `step` of `model` (adapter_config.json, adapter_model.safetensors and a
  * README.md model card) to a Hub repository, creating it when it does not exist. Returns the
  * commit's URL.
  */
-export async function pushToHub(model: TrainableModel, options: PushToHubOptions): Promise<{ repo: string; step: number; commitUrl: string | undefined }> {
+export async function pushToHub(model: TrainableModel, options: PushToHubOptions): Promise<PushToHubResult> {
   parseOptions("pushToHub", PushToHubOptionsSchema, options);
   const hub = await import("@huggingface/hub");
   const accessToken = options.token ?? process.env.HF_TOKEN;

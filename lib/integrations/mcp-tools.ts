@@ -16,20 +16,32 @@ type ToolMessage = OpenAI.Chat.Completions.ChatCompletionToolMessageParam;
 
 /** An MCP server's tool, as `tools/list` describes it. */
 export interface McpToolInfo {
+  /** The tool's name, as the model calls it. */
   name: string;
+  /** What it does, for the model. */
   description?: string;
+  /** Its arguments as a JSON schema. */
   inputSchema: Record<string, unknown>;
 }
 
 /** What this helper needs of an MCP client (the SDK's `Client` has it). */
 export interface McpClientLike {
-  listTools(params?: { cursor?: string }): Promise<{ tools: McpToolInfo[]; nextCursor?: string }>;
+  /** One page of `tools/list`. */
+  listTools(params?: { cursor?: string }): Promise<{
+    /** The tools on this page. */
+    tools: McpToolInfo[];
+    /** Where the next page starts, when there is one. */
+    nextCursor?: string;
+  }>;
+  /** `tools/call`. */
   callTool(params: { name: string; arguments?: Record<string, unknown> }): Promise<unknown>;
+  /** Closes the connection. */
   close?(): Promise<void>;
 }
 
 /** What a tool call gave back, as text for the model. */
 export interface McpToolResult {
+  /** The result's text content, joined. */
   text: string;
   /** The server reported an error (or the call could not be made: unknown tool, arguments not a JSON object). */
   isError: boolean;
@@ -39,9 +51,11 @@ export interface McpToolResult {
 export interface McpStdioOptions {
   /** The server's command, e.g. `node`. */
   command: string;
+  /** Its arguments. */
   args?: string[];
   /** Its environment (the SDK's default keeps only a few safe variables). */
   env?: Record<string, string>;
+  /** Its working folder. */
   cwd?: string;
 }
 
@@ -57,7 +71,11 @@ export class McpTools {
   /** The tools as OpenAI tool definitions: pass them as `tools` (and to a trajectory). */
   readonly definitions: ToolParam[];
 
-  private constructor(private readonly client: McpClientLike, readonly tools: McpToolInfo[]) {
+  private constructor(
+    private readonly client: McpClientLike,
+    /** The server's tools as it listed them. */
+    readonly tools: McpToolInfo[],
+  ) {
     this.definitions = tools.map((tool) => ({
       type: "function",
       function: { name: tool.name, ...(tool.description ? { description: tool.description } : {}), parameters: tool.inputSchema },

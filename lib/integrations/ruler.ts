@@ -10,20 +10,33 @@ import { ArtError, ModelCallError } from "../core/errors";
 import { parseOptions } from "../core/options";
 import type { MessageParam, TrajectoryGroup } from "../core/trajectory";
 
-/** The judge's answer, validated. */
-export const JudgeScores = z.object({
+/** The judge's answer, validated: one score per trajectory, in the JSON shape the judge is asked for. */
+export interface JudgeScores {
+  /** One entry per trajectory. */
+  scores: Array<{
+    /** The trajectory's number in the judge's prompt, as a string (zod types it optional; a parsed reply always has it). */
+    trajectory_id?: string;
+    /** Why, in the judge's words ("" when it gave none). */
+    explanation: string;
+    /** 0 to 1, relative to the other trajectories of the group. */
+    score: number;
+  }>;
+}
+
+/** The zod schema that checks a judge's reply into {@link JudgeScores}. */
+export const JudgeScores: z.ZodType<JudgeScores> = z.object({
   scores: z.array(z.object({
     trajectory_id: z.union([z.string(), z.number()]).transform(String),
     explanation: z.string().default(""),
     score: z.number().min(0).max(1),
   })),
 });
-export type JudgeScores = z.infer<typeof JudgeScores>;
 
 /** The judge did not give one valid score per trajectory, even after a retry. */
 export class JudgeOutputError extends ArtError {
   constructor(
     message: string,
+    /** The judge's replies that could not be read. */
     readonly outputs: string[],
   ) {
     super(message);

@@ -37,11 +37,17 @@ const ConnectOptionsSchema = z.object({
 /** The local backend each run name started last in this process (a notebook kernel). */
 const started = new Map<string, LocalBackend>();
 
+/** A backend as {@link connectBackend} returns it. */
+export type ConnectedBackend = Backend & {
+  /** Where it runs, in words, for the notebook to print (`local gpu-server (pid 123) on .art/runs/...`). */
+  describe: string;
+};
+
 /**
  * A backend for a notebook run. Calling it again for the same `run` (re-running the cell) stops
  * the server it started before and starts a fresh run at step 0.
  */
-export async function connectBackend(options: ConnectOptions): Promise<Backend & { describe: string }> {
+export async function connectBackend(options: ConnectOptions): Promise<ConnectedBackend> {
   parseOptions("connectBackend", ConnectOptionsSchema, options);
   const env = options.env ?? process.env;
   const url = env.ART_SERVER_URL;

@@ -9,9 +9,13 @@ import { showTable } from "../display/table";
 
 /** Mean reward and the mean of every numeric or boolean metric over some trajectories. */
 export interface EvalSummary {
+  /** Whose results these are (e.g. `untrained`, `random player`). */
   label: string;
+  /** Trajectories summarised. */
   trajectories: number;
+  /** Their mean reward. */
   reward: number;
+  /** The mean of each of their metrics (booleans as rates). */
   [metric: string]: number | string;
 }
 
@@ -36,9 +40,15 @@ export function summarize(label: string, trajectories: readonly Trajectory[]): E
   return summary;
 }
 
+/** What {@link evaluate} returns: the summary, and the trajectories behind it. */
+export type EvalResult = EvalSummary & {
+  /** The trajectories, in the order of the scenarios. */
+  results: Trajectory[];
+};
+
 /** Runs every scenario (functions returning a trajectory) and summarises them under `label`. */
 export async function evaluate(label: string, scenarios: Iterable<TrajectorySource>,
-  options: { concurrency?: number; progress?: boolean } = {}): Promise<EvalSummary & { results: Trajectory[] }> {
+  options: { concurrency?: number; progress?: boolean } = {}): Promise<EvalResult> {
   const results = await gatherTrajectories(scenarios, { concurrency: options.concurrency ?? 64, progress: options.progress === false ? false : `eval ${label}` });
   return Object.assign(summarize(label, results), { results });
 }

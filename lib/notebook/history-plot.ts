@@ -7,7 +7,12 @@ import type { DisplayHandle } from "../display/output";
 import { type PlotlyFigure, showPlotly } from "../display/plotly";
 
 /** A history in any of the shapes this library hands out. */
-export type HistoryInput = HistoryRow[] | { columns: string[]; values: unknown[] };
+export type HistoryInput = HistoryRow[] | {
+  /** Column names (a danfo DataFrame's). */
+  columns: string[];
+  /** Rows, each an array in column order. */
+  values: unknown[];
+};
 
 function asRows(history: HistoryInput): Array<Record<string, unknown>> {
   if (Array.isArray(history)) return history;
@@ -33,7 +38,9 @@ export interface PlotHistoryOptions {
 
 /** A labelled vertical line on a chart's step axis. */
 export interface ChartMark {
+  /** Where the dashed line goes. */
   step: number;
+  /** Its label (e.g. `run from step 8 (14:02)`). */
   label: string;
 }
 

@@ -16,6 +16,7 @@ import { type ChartMark, plotHistory } from "./history-plot";
 
 /** Options of {@link trainLoop}. */
 export interface TrainLoopOptions {
+  /** The model to train (registered). */
   model: TrainableModel;
   /** Training steps to run (from the model's current step). */
   steps: number;
@@ -24,7 +25,12 @@ export interface TrainLoopOptions {
   /** GRPO settings (learning rate, ...) passed to `model.train`. */
   train?: Omit<TrainOptions, "progress">;
   /** Every `every` steps (and after the last), run `groups()` and log them as split `val`. */
-  evaluate?: { every: number; groups: () => TrajectoryGroup[] };
+  evaluate?: {
+    /** Evaluate every this many steps. */
+    every: number;
+    /** The evaluation's groups (the same scenarios each time, for a fair curve). */
+    groups: () => TrajectoryGroup[];
+  };
   /** Metrics drawn on the live chart (default `["reward"]`). */
   metrics?: string[];
   /** Rollouts running at once (default 64). */
@@ -46,8 +52,11 @@ const TrainLoopOptionsSchema = z.object({
 
 /** What a loop did: the history rows at its end, wall time, the chart it drew and the re-runs marked on it. */
 export interface TrainLoopResult {
+  /** The model's history rows at the end (this run's and earlier ones). */
   history: HistoryRow[];
+  /** Wall time of this run. */
   seconds: number;
+  /** The chart it drew (pass it to redraw the same output). */
   chart: DisplayHandle;
   /** Where each later run of this model's loop began in this process (dashed lines on the chart). */
   marks: ChartMark[];

@@ -9,6 +9,7 @@ import { editDistance } from "../core/options";
 import { notice } from "../display/notice";
 import { showTable } from "../display/table";
 
+/** The types a notebook parameter can have (an `ART_<NAME>` variable is parsed as the default's). */
 export type ParamValue = string | number | boolean;
 
 /** Thrown when an environment variable does not parse as its parameter's type. */
@@ -82,7 +83,10 @@ export function smokeRun(env: NodeJS.ProcessEnv = process.env): boolean {
  * ```
  */
 export function notebookParams<T extends Record<string, ParamValue>>(defaults: T,
-  options: { smoke?: Partial<T>; env?: NodeJS.ProcessEnv; show?: boolean } = {}): T & { smoke: boolean } {
+  options: { smoke?: Partial<T>; env?: NodeJS.ProcessEnv; show?: boolean } = {}): T & {
+  /** True when `ART_SMOKE=1` chose the short run's values. */
+  smoke: boolean;
+} {
   const env = options.env ?? process.env;
   const smoke = smokeRun(env);
   const values: Record<string, ParamValue> = {};

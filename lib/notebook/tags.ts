@@ -7,8 +7,24 @@ import type { z } from "zod";
 
 /** A parsed answer, or why the reply has none: no tag at all, or a tag whose content is invalid. */
 export type TagParse<T> =
-  | { ok: true; value: T; raw: string }
-  | { ok: false; reason: "missing" | "invalid"; raw: string | null; message: string };
+  | {
+    /** The reply held a valid answer. */
+    ok: true;
+    /** The answer, parsed by the schema. */
+    value: T;
+    /** The tag's text. */
+    raw: string;
+  }
+  | {
+    /** The reply held no valid answer. */
+    ok: false;
+    /** No tag at all, or a tag whose content the schema refused. */
+    reason: "missing" | "invalid";
+    /** The tag's text, or null when there was no tag. */
+    raw: string | null;
+    /** Why, in a sentence. */
+    message: string;
+  };
 
 /** The trimmed text inside the first `<tag>...</tag>` of `text`, or null. */
 export function extractTag(text: string, tag: string): string | null {

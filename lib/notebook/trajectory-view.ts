@@ -45,7 +45,12 @@ function toolCallsOf(item: MessageOrChoice): ToolCallView[] {
 }
 
 /** The sampled tokens of a choice with their logprobs (the text as one piece when the server sent no token texts). */
-export function sampledTokens(choice: SampledChoice): Array<{ text: string; logprob: number }> {
+export function sampledTokens(choice: SampledChoice): Array<{
+  /** The token's text. */
+  text: string;
+  /** Its logprob when sampled. */
+  logprob: number;
+}> {
   const entries = choice.choice.logprobs?.content;
   if (entries?.length === choice.logprobs.length) return entries.map((e, i) => ({ text: e.token, logprob: choice.logprobs[i]! }));
   const mean = choice.logprobs.length ? choice.logprobs.reduce((a, b) => a + b, 0) / choice.logprobs.length : 0;

@@ -304,7 +304,7 @@ def cpu_has_native_bf16() -> bool:
 def choose_dtype(requested: str, device: torch.device, model_path: str | Path) -> torch.dtype:
     """`auto`: bf16 on CUDA; on CPU the checkpoint's own dtype when it is bf16 and the CPU does bf16
     natively (SmolLM2 on 2 cores: 1.4-1.7x the tokens/s of fp32 in serving; in training 1.5x on an
-    AMD Zen 4 but 0.8x on an Intel Xeon with AMX, see the README), else fp32 (the built-in models are stored in fp32, so tests stay exact)."""
+    AMD Zen 4 but 0.8x on an Intel Xeon with AMX, see docs/benchmarks.md), else fp32 (the built-in models are stored in fp32, so tests stay exact)."""
     if requested != "auto":
         return getattr(torch, requested)
     if device.type == "cuda":

@@ -14,7 +14,7 @@ Built against vLLM's documented HTTP API and CLI (targets vLLM 0.10.2 and later,
 - training: `POST /sleep?level=1` before, `POST /wake_up` after.
 
 Not run on a real GPU in this project's CI: it is tested against a stand-in process that speaks the
-same protocol (gpu-server/tests/vllm_standin.py). See the README for what has run where.
+same protocol (gpu-server/tests/vllm_standin.py). See docs/gpu.md for what has run where.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 // The client as a TypeScript team meets it in its own project: `npm pack` of this repository,
 // installed into a fresh project outside it from the npm registry alone (no `overrides`, no
-// danfo), the server wheel installed into a fresh virtual environment, then the README's ES
+// danfo), the server wheel installed into a fresh virtual environment, then docs/own-project.md's ES
 // module script (top-level await) and a CommonJS script run against the real server, and tsc
 // type-checks both against the package's declarations.
 //
@@ -11,24 +11,8 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { spawn } from "node:child_process";
 import { after, before, describe, it } from "node:test";
-import { ROOT, VENV_BIN } from "../support/helpers";
-
-interface Ran { exitCode: number | null; stdout: string; all: string }
-
-/** Runs a command to its end; `all` is stdout and stderr interleaved. */
-function run(command: string, args: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv; timeout?: number } = {}): Promise<Ran> {
-  return new Promise((resolve) => {
-    const child = spawn(command, args, { cwd: options.cwd, env: options.env ?? process.env, stdio: ["ignore", "pipe", "pipe"], timeout: options.timeout ?? 300_000 });
-    let stdout = "";
-    let all = "";
-    child.stdout.on("data", (chunk) => { stdout += chunk; all += chunk; });
-    child.stderr.on("data", (chunk) => { all += chunk; });
-    child.on("error", (error) => { all += String(error); });
-    child.on("close", (exitCode) => resolve({ exitCode, stdout, all }));
-  });
-}
+import { ROOT, run, VENV_BIN } from "../support/helpers";
 
 const VENV_PYTHON = path.join(VENV_BIN, "python");
 const work = fs.mkdtempSync(path.join(os.tmpdir(), "art-package-"));
@@ -48,11 +32,13 @@ async function inProject(command: string, args: string[], env: Record<string, st
 
 const npx = (bin: string) => path.join(project, "node_modules", ".bin", bin);
 
-/** The commands of the README's "Use it in your own project" steps (its first bash block), without comments. */
-function readmeSteps(): string[] {
-  const readme = fs.readFileSync(path.join(ROOT, "README.md"), "utf8");
-  const section = readme.slice(readme.indexOf("## Use it in your own project"));
-  const block = section.slice(section.indexOf("```bash\n") + 8, section.indexOf("```\n", section.indexOf("```bash\n") + 8));
+// The page a user follows to set up their own project (the README links to it).
+const GUIDE = path.join(ROOT, "docs", "own-project.md");
+
+/** The commands of docs/own-project.md's steps (its first bash block), without comments. */
+function guideSteps(): string[] {
+  const guide = fs.readFileSync(GUIDE, "utf8");
+  const block = guide.slice(guide.indexOf("```bash\n") + 8, guide.indexOf("```\n", guide.indexOf("```bash\n") + 8));
   return block.split("\n").map((line) => line.replace(/\s+#.*$/, "").trim()).filter((line) => line && !line.startsWith("#"));
 }
 
@@ -80,8 +66,8 @@ describe("art-ts installed into a project outside this repository", { timeout: 9
     fs.copyFileSync(path.join(ROOT, "tests", "ts", "support", "fixtures", "consumer-check.cts"), path.join(project, "consumer-check.cts"));
     const started = Date.now();
     await inProject("npm", ["install", "--no-audit", "--no-fund", "--prefer-offline", tarball]);
-    // The README's own line for the dev tools, as written (its TypeScript pin included).
-    const devTools = readmeSteps().find((line) => line.startsWith("npm install -D "))!.split(/\s+/).slice(3);
+    // docs/own-project.md's own line for the dev tools, as written (its TypeScript pin included).
+    const devTools = guideSteps().find((line) => line.startsWith("npm install -D "))!.split(/\s+/).slice(3);
     await inProject("npm", ["install", "--no-audit", "--no-fund", "--prefer-offline", "--save-dev", ...devTools]);
     console.log(`npm install in a fresh project: ${((Date.now() - started) / 1000).toFixed(1)} s`);
 
@@ -120,10 +106,10 @@ describe("art-ts installed into a project outside this repository", { timeout: 9
     assert.match(help.stdout, /--base-model/);
   });
 
-  it("the README shows the example script exactly as it is tested", () => {
-    const readme = fs.readFileSync(path.join(ROOT, "README.md"), "utf8");
+  it("docs/own-project.md shows the example script exactly as it is tested", () => {
+    const guide = fs.readFileSync(GUIDE, "utf8");
     const script = fs.readFileSync(path.join(ROOT, "examples", "own-project", "train.mts"), "utf8");
-    assert.ok(readme.includes("```ts\n" + script + "```\n"), "README's script differs from examples/own-project/train.mts");
+    assert.ok(guide.includes("```ts\n" + script + "```\n"), "docs/own-project.md's script differs from examples/own-project/train.mts");
   });
 
   it("tsc type-checks the ES module and the CommonJS consumer against the package's declarations", async () => {
@@ -138,19 +124,19 @@ describe("art-ts installed into a project outside this repository", { timeout: 9
     assert.match(wrong.all, /'learning_rate' does not exist in type 'TrainOptions'. Did you mean to write 'learningRate'\?/);
   });
 
-  it("the README's steps copy the example's tsconfig and pin the TypeScript this project tests", () => {
-    const steps = readmeSteps();
+  it("docs/own-project.md's steps copy the example's tsconfig and pin the TypeScript this project tests", () => {
+    const steps = guideSteps();
     assert.ok(steps.some((l) => l.startsWith("cp ") && l.includes("tsconfig.json") && l.includes("package.json")), steps.join("\n"));
-    assert.ok(steps.some((l) => l.includes(".art/") && l.includes(".gitignore")), "the README does not say to git-ignore .art/");
+    assert.ok(steps.some((l) => l.includes(".art/") && l.includes(".gitignore")), "docs/own-project.md does not say to git-ignore .art/");
     const devTools = steps.find((l) => l.startsWith("npm install -D "))!;
     assert.ok(devTools.includes(`typescript@${rootPackage.devDependencies.typescript}`), `${devTools}: not the TypeScript that is tested`);
     const installed = JSON.parse(fs.readFileSync(path.join(project, "node_modules", "typescript", "package.json"), "utf8")) as { version: string };
     assert.equal(installed.version, rootPackage.devDependencies.typescript);
   });
 
-  it("runs the README's quick try and then the full run in that order: the model continues (default base model)", async () => {
-    // As the README lists them: `STEPS=2 npx tsx train.mts`, then `npx tsx train.mts` (here STEPS=1 for time).
-    const quick = readmeSteps().find((l) => l.endsWith("npx tsx train.mts") && l.startsWith("STEPS="))!;
+  it("runs docs/own-project.md's quick try and then the full run in that order: the model continues (default base model)", async () => {
+    // As docs/own-project.md lists them: `STEPS=2 npx tsx train.mts`, then `npx tsx train.mts` (here STEPS=1 for time).
+    const quick = guideSteps().find((l) => l.endsWith("npx tsx train.mts") && l.startsWith("STEPS="))!;
     const first = await inProject(npx("tsx"), ["train.mts"], { STEPS: quick.match(/^STEPS=(\d+)/)![1]! });
     const lines = first.stdout.trim().split("\n");
     assert.equal(lines.length, 2, first.all);

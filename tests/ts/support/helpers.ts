@@ -69,3 +69,24 @@ export async function startLab(args: string[], env: Record<string, string> = {})
     throw error;
   }
 }
+
+/** What {@link run} gives back. */
+export interface Ran {
+  exitCode: number | null;
+  stdout: string;
+  /** stdout and stderr interleaved. */
+  all: string;
+}
+
+/** Runs a command to its end; `all` is stdout and stderr interleaved. */
+export function run(command: string, args: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv; timeout?: number } = {}): Promise<Ran> {
+  return new Promise((resolve) => {
+    const child = spawn(command, args, { cwd: options.cwd, env: options.env ?? process.env, stdio: ["ignore", "pipe", "pipe"], timeout: options.timeout ?? 300_000 });
+    let stdout = "";
+    let all = "";
+    child.stdout.on("data", (chunk) => { stdout += chunk; all += chunk; });
+    child.stderr.on("data", (chunk) => { all += chunk; });
+    child.on("error", (error) => { all += String(error); });
+    child.on("close", (exitCode) => resolve({ exitCode, stdout, all }));
+  });
+}
