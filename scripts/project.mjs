@@ -7,6 +7,9 @@ export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "
 export const VENV = path.join(ROOT, ".venv");
 export const VENV_BIN = path.join(VENV, process.platform === "win32" ? "Scripts" : "bin");
 export const VENV_PYTHON = path.join(VENV_BIN, process.platform === "win32" ? "python.exe" : "python");
+/** vLLM's CPU build, in a venv of its own (it pins another transformers than the server's). */
+export const VLLM_VENV = path.join(ROOT, ".venv-vllm");
+export const VLLM_PYTHON = path.join(VLLM_VENV, process.platform === "win32" ? "Scripts" : "bin", process.platform === "win32" ? "python.exe" : "python");
 export const KERNEL_NAME = "art-typescript";
 export const KERNEL_DISPLAY_NAME = "TypeScript (art-ts)";
 export const KERNEL_DIR = path.join(VENV, "share", "jupyter", "kernels", KERNEL_NAME);

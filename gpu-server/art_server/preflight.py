@@ -26,14 +26,14 @@ def check_config(config: ServerConfig) -> None:
             raise ConfigError(f"--{name} (or ART_{name.upper()}) {value!r} is not one of {', '.join(allowed)}{did_you_mean(value.lower(), list(allowed), cutoff=0.5)}")
     check_writable(config.data_dir, "--data-dir")
     if config.engine == "vllm":
-        # vLLM runs as its own process (`<vllm-command> serve`), so the command is what must exist;
-        # vLLM itself reports a missing GPU.
+        # vLLM runs as its own process, so its launcher is what must exist; vLLM itself reports the rest.
         from .engine.vllm import vllm_argv
 
         if vllm_argv(config.vllm_command) is None:
-            command = (shlex.split(config.vllm_command) or [""])[0]
-            raise ConfigError(f"--engine vllm: the vLLM command {command!r} is not found (--vllm-command); on a CUDA machine "
-                              "run `ART_EXTRAS=vllm npm run setup`, or use --engine hf (or auto)")
+            where = "no vLLM found (neither the vllm CLI nor .venv-vllm beside this server's venv)" if config.vllm_command == "auto" \
+                else f"the vLLM command {(shlex.split(config.vllm_command) or [''])[0]!r} is not found (--vllm-command)"
+            raise ConfigError(f"--engine vllm: {where}; run `ART_EXTRAS=vllm npm run setup` (vLLM's CPU build into "
+                              ".venv-vllm without an NVIDIA GPU, the CUDA build with one), or use --engine hf (or auto)")
     if config.device == "cuda":
         import torch  # only here: the other checks must stay fast
 

@@ -1,21 +1,23 @@
-"""The vllm engine against a local stand-in that speaks vLLM's HTTP API and CLI (vllm_standin.py):
-vLLM itself needs a CUDA GPU and cannot run here."""
+"""The vllm engine's CUDA-only part, sleep mode around training, against a local stand-in that speaks
+vLLM's HTTP API and CLI (vllm_standin.py): vLLM's CPU build has no sleep mode. Everything else runs
+against the real vLLM in test_vllm_real.py. Also how the engine finds and starts vLLM.
+
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 
-from adapters import train_fixed_answer_adapter
 from art_server.config import ServerConfig
 from art_server.engine.base import EngineError
-from art_server.engine.vllm import VLLMEngine
+from art_server.engine.vllm import VLLMEngine, vllm_argv
 from conftest import start_server
 
 STANDIN = Path(__file__).parent / "vllm_standin.py"
@@ -31,71 +33,18 @@ def calls(log: Path) -> list[dict]:
 def vllm_server(tmp_path_factory, tiny_path):
     data = tmp_path_factory.mktemp("vllm-data")
     log = data / "standin.jsonl"
-    srv = start_server(data, "--engine", "vllm", "--vllm-command", STANDIN_COMMAND, "--base-model", "builtin:tiny",
-                       env={"STANDIN_LOG": str(log)})
+    srv = start_server(data, "--engine", "vllm", "--vllm-command", STANDIN_COMMAND, "--vllm-sleep-mode", "on",
+                       "--base-model", "builtin:tiny", env={"STANDIN_LOG": str(log)})
     srv.standin_log = log
     yield srv
     srv.stop()
 
 
-def test_health_reports_the_vllm_engine(vllm_server):
-    assert httpx.get(f"{vllm_server.url}/health").json()["engine"] == "vllm"
-
-
-def test_completions_carry_token_ids_and_logprobs_asked_of_vllm(vllm_server):
-    with vllm_server.client() as c:
-        r = c.post("/v1/chat/completions", json={"model": "builtin:tiny", "messages": PROMPT, "max_tokens": 6, "seed": 1})
-    assert r.status_code == 200, r.text
-    body = r.json()
-    assert body["model"] == "builtin:tiny" and body["prompt_token_ids"]
-    choice = body["choices"][0]
-    assert len(choice["token_ids"]) == len(choice["logprobs"]["content"]) > 0
-    sent = [x for x in calls(vllm_server.standin_log) if x["path"] == "/v1/chat/completions"]
-    assert sent and all(x["body"]["return_token_ids"] is True for x in sent)
-
-
-def test_streaming_passes_token_ids_through(vllm_server):
-    with vllm_server.client() as c, c.stream("POST", "/v1/chat/completions", json={
-            "model": "builtin:tiny", "messages": PROMPT, "max_tokens": 5, "stream": True}) as r:
-        lines = [line for line in r.iter_lines() if line.startswith("data: ")]
-    assert lines[-1] == "data: [DONE]"
-    chunks = [json.loads(line[6:]) for line in lines[:-1]]
-    assert chunks[0]["prompt_token_ids"]
-    assert sum(len(ch["choices"][0].get("token_ids", [])) for ch in chunks if ch["choices"]) >= 1
-
-
-def test_adapters_load_through_vllms_runtime_lora_api_and_serve(vllm_server, tiny_path, tmp_path):
-    adapter = train_fixed_answer_adapter(tiny_path, tmp_path / "alpha", PROMPT, "alpha alpha")
-    with vllm_server.client() as c:
-        assert c.post("/v1/load_lora_adapter", json={"lora_name": "agent@1", "lora_path": str(adapter)}).status_code == 200
-        # Loading the same name again replaces it (vLLM alone would refuse a duplicate name).
-        assert c.post("/v1/load_lora_adapter", json={"lora_name": "agent@1", "lora_path": str(adapter)}).status_code == 200
-        r = c.post("/v1/chat/completions", json={"model": "agent", "messages": PROMPT, "temperature": 0, "max_tokens": 8})
-        assert r.json()["choices"][0]["message"]["content"] == "alpha alpha"
-        assert r.json()["model"] == "agent"
-        assert "agent@1" in [m["id"] for m in c.get("/v1/models").json()["data"]]
-    loads = [x["body"] for x in calls(vllm_server.standin_log) if x["path"] == "/v1/load_lora_adapter"]
-    assert loads[-1] == {"lora_name": "agent@1", "lora_path": str(adapter)}
-
-
-def test_unknown_model_is_404_before_reaching_vllm(vllm_server):
-    with vllm_server.client() as c:
-        r = c.post("/v1/chat/completions", json={"model": "ghost@3", "messages": PROMPT})
-    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
-
-
-def test_vllm_errors_come_back_as_openai_errors(vllm_server):
-    with vllm_server.client() as c:
-        r = c.post("/v1/chat/completions", json={"model": "builtin:tiny", "messages": PROMPT, "max_tokens": 5000})
-    assert r.status_code == 400 and "context length" in r.json()["error"]["message"]
-
-
 def test_sleep_holds_requests_until_wake(tiny_path, tmp_path):
     async def scenario():
-        config = ServerConfig(data_dir=tmp_path, vllm_command=STANDIN_COMMAND, vllm_startup_timeout_s=120)
+        config = ServerConfig(data_dir=tmp_path, vllm_command=STANDIN_COMMAND, vllm_startup_timeout_s=120, vllm_sleep_mode="on")
         engine = await VLLMEngine.start(config, "builtin:tiny", tiny_path)
         try:
-            assert VLLMEngine.command(config, "builtin:tiny", tiny_path, 1, "k")[2:4] == ["serve", str(tiny_path)]
             await engine.sleep()
             body = {"model": "builtin:tiny", "messages": PROMPT, "max_tokens": 3}
             pending = asyncio.create_task(engine.chat_completion(body, None, "r"))
@@ -104,10 +53,10 @@ def test_sleep_holds_requests_until_wake(tiny_path, tmp_path):
             await engine.wake()
             result = await asyncio.wait_for(pending, 30)
             assert result["choices"][0]["token_ids"]
-            # A dead vLLM is reported with the end of its log.
+            # A dead vLLM is a 503 while it is started again.
             engine.process.kill()
             engine.process.wait()
-            with pytest.raises(EngineError, match="vLLM process exited"):
+            with pytest.raises(EngineError, match="vLLM process exited and is being restarted"):
                 await engine.chat_completion(body, None, "r2")
         finally:
             await engine.close()
@@ -150,6 +99,42 @@ def test_training_with_the_vllm_engine_sleeps_trains_wakes_and_loads_the_new_ada
 
 
 def test_the_api_key_reaches_vllm_as_one_argument_even_when_it_starts_with_a_dash(tmp_path):
-    config = ServerConfig(data_dir=tmp_path)
-    cmd = VLLMEngine.command(config, "builtin:tiny", tmp_path, 8000, "-starts-with-a-dash")
-    assert "--api-key=-starts-with-a-dash" in cmd
+    engine = VLLMEngine(ServerConfig(data_dir=tmp_path, vllm_command=STANDIN_COMMAND), "builtin:tiny", tmp_path, "cpu", None)
+    engine.api_key = "-starts-with-a-dash"
+    assert "--api-key=-starts-with-a-dash" in engine.command(8000)
+
+
+def test_cuda_gets_sleep_mode_and_a_memory_share_a_cpu_gets_a_dtype_and_kv_cache_space(tmp_path, tiny_path):
+    config = ServerConfig(data_dir=tmp_path, vllm_command=STANDIN_COMMAND)
+    cuda = VLLMEngine(config, "builtin:tiny", tiny_path, "cuda", None)
+    cpu = VLLMEngine(config, "builtin:tiny", tiny_path, "cpu", None)
+    assert cuda.sleeps_for_training and not cpu.sleeps_for_training
+    assert "--enable-sleep-mode" in cuda.command(1) and "--gpu-memory-utilization" in cuda.command(1)
+    assert "--enable-sleep-mode" not in cpu.command(1) and cpu.command(1)[cpu.command(1).index("--dtype") + 1] == "float32"
+    assert cuda.environment()["VLLM_SERVER_DEV_MODE"] == "1" and cpu.environment()["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    assert cpu.command(1)[cpu.command(1).index("--model") + 1] == str(tiny_path)
+
+
+def test_the_launcher_is_the_vllm_cli_or_the_cpu_builds_module(monkeypatch, tmp_path):
+    from art_server.engine import vllm
+
+    assert vllm_argv(STANDIN_COMMAND)[-1] == "serve"  # a program gets vLLM's `serve` subcommand
+    assert vllm_argv(f"{sys.executable} -m vllm.entrypoints.openai.api_server")[1:] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert vllm_argv("/nonexistent/vllm") is None
+    monkeypatch.setattr(vllm.shutil, "which", lambda *a, **k: None)  # no vllm CLI anywhere
+    monkeypatch.setattr(vllm, "cpu_venv_python", lambda: tmp_path / "python")
+    assert vllm_argv("auto") == [str(tmp_path / "python"), "-m", "vllm.entrypoints.openai.api_server"]
+    monkeypatch.setattr(vllm, "cpu_venv_python", lambda: None)
+    assert vllm_argv("auto") is None
+
+
+def test_a_vllm_that_cannot_start_is_one_configuration_line_and_exit_78(tmp_path):
+    # A launcher whose Python has no vLLM (a broken .venv-vllm): vLLM's own error, quoted in one line.
+    broken = f"{shlex.quote(sys.executable)} -m vllm.entrypoints.openai.api_server"
+    result = subprocess.run([sys.executable, "-m", "art_server", "--engine", "vllm", "--vllm-command", broken,
+                             "--base-model", "builtin:tiny", "--data-dir", str(tmp_path), "--port", "0"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 78, result.stderr[-2000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("art-server: configuration error: the vllm engine could not start: vLLM exited during startup")
+    assert "No module named 'vllm'" in line and "vllm.log" in line and "Traceback" not in result.stderr

@@ -1,4 +1,5 @@
-"""A local stand-in for `vllm serve`, for testing the vllm engine where vLLM cannot run (no GPU).
+"""A local stand-in for `vllm serve`, for what vLLM's CPU build cannot show: sleep mode (CUDA-only
+in vLLM). Everything else of the vllm engine runs against the real vLLM (test_vllm_real.py).
 
 It takes vLLM's CLI flags and speaks the parts of vLLM's HTTP API the engine uses, with the same
 preconditions vLLM has: runtime LoRA endpoints exist only with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True
@@ -6,7 +7,7 @@ and --enable-lora; /sleep and /wake_up only with VLLM_SERVER_DEV_MODE=1 and --en
 token ids only with `return_token_ids: true`; every /v1 route needs the --api-key. Behind it is the
 hf engine. Each call is appended to the JSON-lines file named by STANDIN_LOG, for assertions.
 
-    python vllm_standin.py serve <model dir> --served-model-name NAME --port P --api-key K ...
+    python vllm_standin.py serve --model <model dir> --served-model-name NAME --port P --api-key K ...
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def vllm_error(status: int, message: str) -> JSONResponse:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("subcommand", choices=["serve"])
-    p.add_argument("model")
+    p.add_argument("--model", required=True)
+    p.add_argument("--dtype", default="auto")
     p.add_argument("--served-model-name", required=True)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
@@ -76,41 +78,45 @@ def main() -> None:
         data += [{"id": key, "object": "model", "parent": args.served_model_name} for key in engine.runner.adapter_slots]
         return {"object": "list", "data": data}
 
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request):
+    @app.post("/v1/completions")
+    async def completions(request: Request):
         body = await request.json()
-        record("/v1/chat/completions", {"model": body.get("model"), "return_token_ids": body.get("return_token_ids")})
+        record("/v1/completions", {"model": body.get("model"), "return_token_ids": body.get("return_token_ids"),
+                                   "prompt": body.get("prompt")})
         if state["sleeping"]:
             return vllm_error(503, "engine is sleeping")
         model = body.get("model")
         adapter = None if model == args.served_model_name else model
         if adapter is not None and adapter not in engine.runner.adapter_slots:
             return vllm_error(404, f"The model `{model}` does not exist.")
+        if not isinstance(body.get("prompt"), list):
+            return vllm_error(400, "the stand-in takes token-id prompts only")
         with_ids = bool(body.get("return_token_ids"))
         try:
-            if body.get("stream"):
-                stream = engine.chat_completion_stream(body, adapter, "standin")
-                first = await stream.__anext__()
-
-                async def sse():
-                    for chunk in [first]:
-                        yield f"data: {json.dumps(strip(chunk, with_ids))}\n\n"
-                    async for chunk in stream:
-                        yield f"data: {json.dumps(strip(chunk, with_ids))}\n\n"
-                    yield "data: [DONE]\n\n"
-
-                return StreamingResponse(sse(), media_type="text/event-stream")
-            result = await engine.chat_completion(body, adapter, "standin")
-            return strip(result, with_ids)
+            states = await engine.sample(body["prompt"], {**body, "top_k": max(0, body.get("top_k") or 0),
+                                                          "top_logprobs": body.get("logprobs") or 0}, adapter, "standin")
         except EngineError as error:
             return vllm_error(error.status, str(error))
 
-    def strip(payload: dict, with_ids: bool) -> dict:
-        if not with_ids:
-            payload.pop("prompt_token_ids", None)
-            for choice in payload.get("choices", []):
-                choice.pop("token_ids", None)
-        return payload
+        def choice(state, tokens, logprobs, finish):
+            item = {"index": state.index, "text": "", "finish_reason": finish,
+                    "logprobs": {"token_logprobs": logprobs, "top_logprobs": [{f"token_id:{t}": lp} for t, lp in zip(tokens, logprobs)]}}
+            if with_ids:
+                item["token_ids"] = tokens
+            return item
+
+        if body.get("stream"):
+            async def sse():
+                for state in states:
+                    for k, (token, logprob) in enumerate(zip(state.token_ids, state.logprobs)):
+                        last = k == len(state.token_ids) - 1
+                        chunk = {"choices": [choice(state, [token], [logprob], state.finish_reason if last else None)]}
+                        yield f"data: {json.dumps(chunk)}\n\n"
+                yield "data: [DONE]\n\n"
+
+            return StreamingResponse(sse(), media_type="text/event-stream")
+        return {"choices": [choice(st, st.token_ids, st.logprobs, st.finish_reason) for st in states],
+                **({"prompt_token_ids": body["prompt"]} if with_ids else {})}
 
     if runtime_lora:
         @app.post("/v1/load_lora_adapter")

@@ -41,6 +41,13 @@ export interface StepMetrics {
   klRef?: number;
   /** Mean entropy of the policy's next-token distribution at the trained tokens; a fast fall means collapse. */
   entropy?: number;
+  /**
+   * Mean |trainer logprob - sampler logprob| per trained token, before the step's first update: how
+   * exactly the trainer sees what the sampler sampled (engine kernels, dtype). Near 0 on-policy in fp32.
+   */
+  samplerLogprobDiffMean?: number;
+  /** The largest such difference of one token (its importance ratio is e to this, at most). */
+  samplerLogprobDiffMax?: number;
   /** Completion tokens the step trained on. */
   tokensTrained?: number;
   /** SFT: tokens learned from. */

