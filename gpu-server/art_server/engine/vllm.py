@@ -188,21 +188,26 @@ class VLLMEngine(Engine):
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + self.config.vllm_startup_timeout_s
         headers = {"Authorization": f"Bearer {self.api_key}"}
-        async with httpx.AsyncClient(timeout=5) as probe:
-            while True:
-                if process.poll() is not None:
-                    await asyncio.sleep(0.2)  # the last lines of its output
-                    raise EngineError(f"vLLM exited during startup (exit {process.returncode}): {last_error(tail)} "
-                                      f"(its whole output: {logs / 'vllm.log'})", status=503, code="engine_unavailable")
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await probe.get(f"{url}/health")).status_code == 200:
-                        break
-                if time.monotonic() > deadline:
-                    process.kill()
-                    raise EngineError(f"vLLM did not become healthy in {self.config.vllm_startup_timeout_s:.0f} s "
-                                      f"(--vllm-startup-timeout); its output: {logs / 'vllm.log'}", status=503, code="engine_unavailable")
-                await asyncio.sleep(0.5)
-            models = (await probe.get(f"{url}/v1/models", headers=headers)).json()
+        try:
+            async with httpx.AsyncClient(timeout=5) as probe:
+                while True:
+                    if process.poll() is not None:
+                        await asyncio.sleep(0.2)  # the last lines of its output
+                        raise EngineError(f"vLLM exited during startup (exit {process.returncode}): {last_error(tail)} "
+                                          f"(its whole output: {logs / 'vllm.log'})", status=503, code="engine_unavailable")
+                    with contextlib.suppress(httpx.HTTPError):
+                        if (await probe.get(f"{url}/health")).status_code == 200:
+                            break
+                    if time.monotonic() > deadline:
+                        process.kill()
+                        raise EngineError(f"vLLM did not become healthy in {self.config.vllm_startup_timeout_s:.0f} s "
+                                          f"(--vllm-startup-timeout); its output: {logs / 'vllm.log'}", status=503, code="engine_unavailable")
+                    await asyncio.sleep(0.5)
+                models = (await probe.get(f"{url}/v1/models", headers=headers)).json()
+        except BaseException:  # failed, timed out, or cancelled (the server closing): no vLLM left behind
+            if process.poll() is None:
+                process.kill()
+            raise
         context = next((m.get("max_model_len") for m in models.get("data", []) if m.get("id") == self.base_model), None)
         self.process, self.url = process, url
         await self.client.aclose()

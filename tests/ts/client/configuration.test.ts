@@ -44,7 +44,15 @@ describe("configuration errors from LocalBackend.start", () => {
   });
 
   it("an engine or device this machine lacks is one line", async () => {
-    assertOneLine((await startError({ dataDir: tempDir(), engine: "vllm" })).error, /--engine vllm: the vLLM command 'vllm' is not found/);
+    // vLLM's CPU build is set up here (npm test installs it): a machine without it is one whose
+    // vLLM command is not there.
+    process.env.ART_VLLM_COMMAND = "/nonexistent/vllm";
+    try {
+      assertOneLine((await startError({ dataDir: tempDir(), engine: "vllm" })).error,
+        /--engine vllm: the vLLM command '\/nonexistent\/vllm' is not found \(--vllm-command\); run `ART_EXTRAS=vllm npm run setup`/);
+    } finally {
+      delete process.env.ART_VLLM_COMMAND;
+    }
     assertOneLine((await startError({ dataDir: tempDir(), engine: "gpu" as never })).error,
       /LocalBackend.start: option `engine` must be one of "auto", "hf", "vllm" \(got "gpu"\)/);
     const cuda = await startError({ dataDir: tempDir(), device: "cuda", baseModel: "builtin:tiny" });
