@@ -24,7 +24,7 @@ def start(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subp
     (["--base-model", "someone/nothing-like-it"], {}, "the server never downloads"),
     (["--engine", "gpu"], {}, "argument --engine: invalid choice: 'gpu'"),
     ([], {"ART_ENGINE": "vlm"}, "--engine (or ART_ENGINE) 'vlm' is not one of auto, hf, vllm: did you mean 'vllm'?"),
-    (["--engine", "vllm"], {}, "--engine vllm: the vLLM command 'vllm' is not found"),
+    (["--engine", "vllm", "--vllm-command", "/nonexistent/vllm"], {}, "--engine vllm: the vLLM command '/nonexistent/vllm' is not found"),
     (["--device", "cuda"], {}, "--device cuda: torch"),
     (["--dtype", "fp8"], {}, "argument --dtype: invalid choice: 'fp8'"),
     (["--port", "eighty"], {}, "argument --port: invalid int value"),
