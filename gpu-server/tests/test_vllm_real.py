@@ -176,8 +176,22 @@ def test_an_unloaded_step_is_gone_from_vllm_and_loads_again_by_name(client):
     assert "digits@1" in client.get("/v1/engine/stats").json()["adapters"]
 
 
+def group_members(pgid: int) -> list[int]:
+    return [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and _pgid(int(pid)) == pgid]
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
 def test_a_killed_vllm_is_a_503_then_restarted_with_its_adapters(client):
-    os.kill(vllm_pid(client), signal.SIGKILL)
+    pid = vllm_pid(client)
+    forked = group_members(os.getpgid(pid))
+    assert len(forked) >= 2, forked  # vLLM's API server and the engine core (and workers) it forked
+    os.kill(pid, signal.SIGKILL)
     time.sleep(1)
     r = client.post("/v1/chat/completions", json={"model": MODEL, "messages": PROMPT, "max_tokens": 3})
     assert r.status_code == 503 and "restarted" in r.json()["error"]["message"], r.text
@@ -192,6 +206,8 @@ def test_a_killed_vllm_is_a_503_then_restarted_with_its_adapters(client):
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["finish_reason"] == "tool_calls"  # the adapter came back with it
     assert client.get("/v1/engine/stats").json()["restarts"] == 1
+    # What the killed server had forked (engine core, workers: GBs each) did not outlive it.
+    assert [p for p in forked if _pgid(p) is not None] == []
 
 
 def test_no_memory_for_the_kv_cache_is_one_configuration_line_and_exit_78(tmp_path):

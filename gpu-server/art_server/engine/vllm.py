@@ -33,6 +33,7 @@ import re
 import secrets
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -174,7 +175,10 @@ class VLLMEngine(Engine):
         log_file = open(logs / "vllm.log", "a", buffering=1)  # noqa: SIM115 - lives as long as the process
         tail = self.log_tail
         try:
-            process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.environment())
+            # Its own process group: vLLM forks an engine core and workers, which a kill of the API
+            # server alone leaves running (each holding the model and its KV cache).
+            process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.environment(),
+                                       start_new_session=True)
         except FileNotFoundError:
             raise EngineError(f"cannot start vLLM: {cmd[0]!r} not found; ART_EXTRAS=vllm npm run setup installs it, "
                               "or use --engine hf", status=503, code="engine_unavailable") from None
@@ -199,14 +203,13 @@ class VLLMEngine(Engine):
                         if (await probe.get(f"{url}/health")).status_code == 200:
                             break
                     if time.monotonic() > deadline:
-                        process.kill()
+                        kill_group(process)
                         raise EngineError(f"vLLM did not become healthy in {self.config.vllm_startup_timeout_s:.0f} s "
                                           f"(--vllm-startup-timeout); its output: {logs / 'vllm.log'}", status=503, code="engine_unavailable")
                     await asyncio.sleep(0.5)
                 models = (await probe.get(f"{url}/v1/models", headers=headers)).json()
         except BaseException:  # failed, timed out, or cancelled (the server closing): no vLLM left behind
-            if process.poll() is None:
-                process.kill()
+            kill_group(process)
             raise
         context = next((m.get("max_model_len") for m in models.get("data", []) if m.get("id") == self.base_model), None)
         self.process, self.url = process, url
@@ -224,6 +227,8 @@ class VLLMEngine(Engine):
         if self._restart is None:
             code = self.process.returncode if self.process is not None else None
             log.error("the vLLM process exited (code %s: %s); restarting it", code, last_error(self.log_tail))
+            if self.process is not None:
+                kill_group(self.process)  # what it forked outlives it otherwise
             self._restart = asyncio.get_running_loop().create_task(self._relaunch())
             self._restart.add_done_callback(self._restart_done)
         raise EngineError("the vLLM process exited and is being restarted (see logs/vllm.log); retry in a minute",
@@ -370,16 +375,24 @@ class VLLMEngine(Engine):
         if self._restart is not None:
             self._restart.cancel()
         await self.client.aclose()
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                await asyncio.to_thread(self.process.wait, 20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    await asyncio.to_thread(self.process.wait, 20)
+            kill_group(self.process)
 
     def stats(self) -> dict[str, Any]:
         return {"engine": "vllm", "device": self.device, "url": self.url, "sleeping": self.sleeping,
                 "adapters": sorted(self.adapters), "restarts": self.restarts, "pending": 0, "running": 0}
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    """Kills vLLM's process group: its API server, engine core and workers."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(5)
 
 
 def last_error(lines: deque[str] | list[str]) -> str:
