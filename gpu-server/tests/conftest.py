@@ -98,3 +98,13 @@ def server(data_dir: Path, tiny_path: Path) -> Iterator[ServerProcess]:
 def client(server: ServerProcess) -> Iterator[httpx.Client]:
     with server.client() as c:
         yield c
+
+
+def configuration_error(data_dir: Path, *args: str, timeout: float = 120) -> str:
+    """Starts `python -m art_server` expecting a configuration error: exit code 78, no traceback;
+    returns the one line it printed last."""
+    result = subprocess.run([sys.executable, "-m", "art_server", "--data-dir", str(data_dir), "--port", "0", *args],
+                            capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 78, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    return result.stderr.strip().splitlines()[-1]

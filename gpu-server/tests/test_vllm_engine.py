@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import pytest
 from art_server.config import ServerConfig
 from art_server.engine.base import EngineError
 from art_server.engine.vllm import VLLMEngine, vllm_argv
-from conftest import start_server
+from conftest import configuration_error, start_server
 
 STANDIN = Path(__file__).parent / "vllm_standin.py"
 STANDIN_COMMAND = f"{shlex.quote(sys.executable)} {shlex.quote(str(STANDIN))}"
@@ -131,10 +130,6 @@ def test_the_launcher_is_the_vllm_cli_or_the_cpu_builds_module(monkeypatch, tmp_
 def test_a_vllm_that_cannot_start_is_one_configuration_line_and_exit_78(tmp_path):
     # A launcher whose Python has no vLLM (a broken .venv-vllm): vLLM's own error, quoted in one line.
     broken = f"{shlex.quote(sys.executable)} -m vllm.entrypoints.openai.api_server"
-    result = subprocess.run([sys.executable, "-m", "art_server", "--engine", "vllm", "--vllm-command", broken,
-                             "--base-model", "builtin:tiny", "--data-dir", str(tmp_path), "--port", "0"],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 78, result.stderr[-2000:]
-    line = result.stderr.strip().splitlines()[-1]
+    line = configuration_error(tmp_path, "--engine", "vllm", "--vllm-command", broken, "--base-model", "builtin:tiny")
     assert line.startswith("art-server: configuration error: the vllm engine could not start: vLLM exited during startup")
-    assert "No module named 'vllm'" in line and "vllm.log" in line and "Traceback" not in result.stderr
+    assert "No module named 'vllm'" in line and "vllm.log" in line
