@@ -5,7 +5,8 @@ For each engine (and dtype) it starts a server, registers a model, and runs cook
 one group of 8 tic-tac-toe answers of 6 tokens sampled on the model's current LoRA step, then a GRPO
 step on it (trained, saved, hot-loaded). It prints the server's start-up time, the median sampling
 and step times, and how far the trainer's logprobs were from the sampler's (the step's
-`sampler_logprob_diff_mean` / `_max`), and writes the raw data.
+`sampler_logprob_diff_mean` / `_max`) and the mean weight the default sampler correction gave the
+tokens (`sampler_weight_mean`: 1 where the trainer agrees with the sampler), and writes the raw data.
 
     npm run bench:engines [-- --dtypes float32,bfloat16 --steps 4 --vllm-max-lora-rank 8]
 
@@ -50,12 +51,14 @@ def run(engine: str, dtype: str, steps: int, extra: list[str]) -> dict:
                 metrics = step(c, "bench", [group], learning_rate=5e-4)[-1]["metrics"]
                 rows.append({"sample_s": t1 - t0, "step_s": time.perf_counter() - t1,
                              "diff_mean": metrics.get("sampler_logprob_diff_mean"), "diff_max": metrics.get("sampler_logprob_diff_max"),
+                             "weight_mean": metrics.get("sampler_weight_mean"),
                              "forward_backward_s": metrics.get("forward_backward_s"), "reload_s": metrics.get("reload_s")})
     finally:
         srv.stop()
     median = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
     return {"engine": engine, "dtype": dtype, "startup_s": startup, "sample_s": median("sample_s"), "step_s": median("step_s"),
-            "diff_mean": median("diff_mean"), "diff_max": max(r["diff_max"] for r in rows), "steps": rows}
+            "diff_mean": median("diff_mean"), "diff_max": max(r["diff_max"] for r in rows), "weight_mean": median("weight_mean"),
+            "steps": rows}
 
 
 def main() -> None:
@@ -72,12 +75,12 @@ def main() -> None:
             results.append(run(engine, dtype, a.steps, extra))
             r = results[-1]
             print(f"{engine:5} {dtype:8}: start {r['startup_s']:.1f} s, sample {r['sample_s']:.2f} s, step {r['step_s']:.2f} s, "
-                  f"logprob diff mean {r['diff_mean']:.1e} max {r['diff_max']:.1e}", flush=True)
-    print("\n| engine | dtype | server start | sample 8 x 6 tokens (median) | GRPO step (median) | trainer vs sampler: mean / max abs diff |")
-    print("| --- | --- | ---: | ---: | ---: | ---: |")
+                  f"logprob diff mean {r['diff_mean']:.1e} max {r['diff_max']:.1e}, tis weight {r['weight_mean']:.3f}", flush=True)
+    print("\n| engine | dtype | server start | sample 8 x 6 tokens (median) | GRPO step (median) | trainer vs sampler: mean / max abs diff | tis weight (mean) |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for r in results:
         print(f"| {r['engine']} | {r['dtype']} | {r['startup_s']:.1f} s | {r['sample_s']:.2f} s | {r['step_s']:.2f} s | "
-              f"{r['diff_mean']:.1e} / {r['diff_max']:.1e} |")
+              f"{r['diff_mean']:.1e} / {r['diff_max']:.1e} | {r['weight_mean']:.3f} |")
     out = ROOT / ".artifacts" / "bench" / "engines.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

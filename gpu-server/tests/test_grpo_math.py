@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from art_server.trainer.loss import group_advantages, grpo_token_loss
+from art_server.trainer.loss import group_advantages, grpo_token_loss, truncated_is_weights
 from art_server.trainer.sequences import SampledTurn, build_sequences
 
 
@@ -56,6 +56,34 @@ def test_loss_and_gradient_match_the_reference(variant, level, kl):
     want.backward()
     assert math.isclose(got.loss.item(), want.item(), rel_tol=1e-9, abs_tol=1e-12)
     assert torch.allclose(new_a.grad, new_b.grad, atol=1e-12)
+
+
+@pytest.mark.parametrize("variant", ["ppo", "cispo"])
+def test_truncated_importance_sampling_weights_each_tokens_policy_term_and_caps_it(variant):
+    """TIS: the ratio against the trainer's own logprobs (1 before an update), each token's policy term
+    times min(exp(trainer - sampler), cap); the KL metric still measures the distance to the sampler."""
+    g = torch.Generator().manual_seed(1)
+    n = 10
+    trainer = -torch.rand(n, generator=g, dtype=torch.float64) * 3
+    sampler = trainer + torch.randn(n, generator=g, dtype=torch.float64) * 0.8  # a sampler that scores differently
+    seq = torch.tensor([0] * 6 + [1] * 4)
+    adv = torch.tensor([0.9] * 6 + [-1.1] * 4, dtype=torch.float64)
+    w = torch.tensor([1 / 6 / 2] * 6 + [1 / 4 / 2] * 4, dtype=torch.float64)
+    weights = truncated_is_weights(trainer, sampler, 2.0)
+    assert torch.allclose(weights, torch.minimum(torch.exp(trainer - sampler), torch.tensor(2.0, dtype=torch.float64)))
+    assert weights.max() == 2.0 and weights.min() < 1  # some truncated, some below 1
+    new_a = trainer.clone().requires_grad_(True)
+    new_b = trainer.clone().requires_grad_(True)
+    got = grpo_token_loss(new_a, trainer, adv, w, seq, variant=variant, sampler_lp=sampler, sampler_weights=weights)
+    want = reference_loss(new_b, trainer, adv, w * weights, seq, variant, 0.2, 0.28, "token")
+    got.loss.backward()
+    want.backward()
+    assert math.isclose(got.loss.item(), want.item(), rel_tol=1e-9, abs_tol=1e-12)
+    assert torch.allclose(new_a.grad, new_b.grad, atol=1e-12)
+    assert torch.equal(got.ratio, torch.ones(n, dtype=torch.float64)) and got.clipped.item() == 0
+    plain = grpo_token_loss(trainer.clone(), sampler, adv, w, seq, variant=variant)
+    assert plain.clipped.item() > 0.3  # without the correction the mismatch alone is clipped as if the policy moved
+    assert math.isclose(got.approx_kl_policy.item(), plain.approx_kl_policy.item(), rel_tol=1e-12)
 
 
 def test_on_policy_ppo_gradient_is_the_policy_gradient():

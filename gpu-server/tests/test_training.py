@@ -117,6 +117,38 @@ def test_a_grpo_step_streams_progress_then_the_result_and_serves_the_new_step(tr
     assert [r["step"] for r in map(json.loads, (root / "history.jsonl").read_text().splitlines())] == [0]
 
 
+def test_a_sampler_that_scored_tokens_lower_is_corrected_not_clipped_in_every_gradient_step(trainer):
+    """Choices whose logprobs say the sampler found each token e^0.5 times less likely than the
+    trainer does (the tag dropped, so the server trusts them as sent): with the default correction
+    (tis) the ratio starts at 1 in every gradient step (the later ones against logprobs recomputed
+    before the first update) and the weight is e^0.5; without it every token starts clipped."""
+    def shifted(groups: list[list[dict]]) -> list[list[dict]]:
+        out = json.loads(json.dumps(groups))
+        for group in out:
+            for traj in group:
+                for item in traj["messages_and_choices"]:
+                    if item.get("kind") == "choice":
+                        item.pop("art_provenance")
+                        item["logprobs"] = [lp - 0.5 for lp in item["logprobs"]]
+        return out
+
+    with trainer.client() as c:
+        for name in ("corrected", "uncorrected"):
+            register(c, name)
+        groups = [sampled_group(c, "corrected", [1, 0, 0, 1, 0, 0, 0, 1], seed=s) for s in range(2)]
+        lines = step(c, "corrected", shifted(groups), learning_rate=1e-9, gradient_steps=2, micro_batch_size=4)
+        progress = [l for l in lines if l["type"] == "progress"]
+        assert [p["clip_fraction"] for p in progress] == [0, 0], progress
+        m = lines[-1]["metrics"]
+        assert abs(m["importance_ratio_mean"] - 1) < 1e-6 and abs(m["importance_ratio_max"] - 1) < 1e-6, m
+        assert abs(m["sampler_weight_mean"] - math.exp(0.5)) < 1e-3 and abs(m["sampler_logprob_diff_mean"] - 0.5) < 1e-3, m
+        lines = step(c, "uncorrected", shifted(groups), learning_rate=1e-9, gradient_steps=2, micro_batch_size=4,
+                     sampler_correction="none")
+        assert [p["clip_fraction"] for p in lines if p["type"] == "progress"] == [1, 1]
+        m = lines[-1]["metrics"]
+        assert abs(m["importance_ratio_mean"] - math.exp(0.5)) < 1e-3 and m["sampler_weight_mean"] == 1, m
+
+
 def test_equal_rewards_train_nothing_but_the_step_advances_and_says_why(trainer):
     with trainer.client() as c:
         register(c, "flat")

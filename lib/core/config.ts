@@ -51,6 +51,15 @@ export interface TrainConfig {
   temperature?: number;
   /** Longer sequences are skipped (default: the model's context length). */
   maxSequenceLength?: number;
+  /**
+   * How the trainer accounts for the sampler scoring tokens differently from itself (vLLM's kernels,
+   * bf16, or an older step): `tis` (default) takes the ratio against the trainer's own logprobs and
+   * weights each token by min(trainer / sampler probability, `samplerCorrectionCap`), truncated
+   * importance sampling; `none` takes the ratio against the sampler's logprobs as they came.
+   */
+  samplerCorrection?: "tis" | "none";
+  /** The truncation of `tis`'s per-token weight, 1 to 1e6 (default 2). */
+  samplerCorrectionCap?: number;
 }
 
 /** @internal The zod schema that checks a {@link TrainConfig} (the interface documents each field). */
@@ -67,6 +76,8 @@ export const TrainConfigSchema = z.object({
   gradientSteps: z.number().int().min(1).max(1000).optional(),
   temperature: z.number().gt(0).max(10).optional(),
   maxSequenceLength: z.number().int().min(1).max(1_048_576).optional(),
+  samplerCorrection: z.enum(["tis", "none"]).optional(),
+  samplerCorrectionCap: z.number().min(1).max(1e6).optional(),
 }).strict();
 
 /** SFT settings of one step (the server's defaults apply to what is left out). */

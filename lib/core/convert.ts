@@ -16,7 +16,8 @@ const SERVER_NAMES = [
   "clip_fraction", "approx_kl", "kl_ref", "entropy", "tokens_trained", "tokens", "conversations", "gradient_steps",
   "gradient_step", "epoch", "lr", "kind", "nothing_trained", "skip_details", "trained_into_step", "from_step",
   "tokenize_s", "forward_backward_s", "save_s", "reload_s", "sleep_s", "wake_s",
-  "sampler_logprob_diff_mean", "sampler_logprob_diff_max",
+  "sampler_logprob_diff_mean", "sampler_logprob_diff_max", "importance_ratio_mean", "importance_ratio_max",
+  "sampler_weight_mean",
   // reasons in groups_skipped_by_reason
   "equal_rewards", "missing_tokens", "too_long", "too_small",
 ] as const;

@@ -48,6 +48,15 @@ export interface StepMetrics {
   samplerLogprobDiffMean?: number;
   /** The largest such difference of one token (its importance ratio is e to this, at most). */
   samplerLogprobDiffMax?: number;
+  /**
+   * Mean importance ratio of the trained tokens in the step's first update, as the loss used it:
+   * exactly 1 with `samplerCorrection: "tis"`; without it, how far the sampler's logprobs put it off 1.
+   */
+  importanceRatioMean?: number;
+  /** The largest such ratio of one token (beyond `1 + epsHigh` it was clipped before the policy moved). */
+  importanceRatioMax?: number;
+  /** Mean truncated importance weight of `samplerCorrection: "tis"` (1: the sampler agreed; 1 without it). */
+  samplerWeightMean?: number;
   /** Completion tokens the step trained on. */
   tokensTrained?: number;
   /** SFT: tokens learned from. */

@@ -238,6 +238,8 @@ class GRPOConfigIn(BaseModel):
     gradient_steps: int = Field(1, ge=1, le=1000)
     temperature: float = Field(1.0, gt=0, le=10, allow_inf_nan=False)
     max_sequence_length: int | None = Field(None, ge=1, le=MAX_TOKENS_PER_SEQUENCE)
+    sampler_correction: Literal["tis", "none"] = "tis"
+    sampler_correction_cap: float = Field(2.0, ge=1, le=1e6, allow_inf_nan=False)
 
 
 class GroupsBody(BaseModel):

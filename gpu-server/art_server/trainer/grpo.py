@@ -19,7 +19,7 @@ import torch
 from .logprobs import Batch, pad_batch, token_logprobs
 from .guard import StepGuard
 from .lora import LoraHost
-from .loss import grpo_token_loss, group_advantages
+from .loss import group_advantages, grpo_token_loss, truncated_is_weights
 from .sequences import MissingTokens, Sequence, build_sequences, sampled_turns
 
 
@@ -37,6 +37,8 @@ class GRPOConfig:
     gradient_steps: int = 1
     temperature: float = 1.0
     max_sequence_length: int | None = None
+    sampler_correction: str = "tis"  # tis | none (see loss.py)
+    sampler_correction_cap: float = 2.0
 
 
 @dataclass
@@ -128,70 +130,103 @@ def train_step(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer, prep
     for group in optimizer.param_groups:
         group["lr"] = config.learning_rate
     totals = Counter()
-    sampler_max = 0.0
     started = time.perf_counter()
-    chunks = _chunks(prepared.items, config.gradient_steps)
-    for k, chunk in enumerate(chunks):
-        # Rows with the same prompt side by side: a micro-batch then shares its prompt (run once, see
-        # logprobs.py) and holds rows of similar length (little padding). The sum is order-free.
-        chunk = sorted(chunk, key=lambda it: it.sequence.input_ids)
+    # Rows with the same prompt side by side: a micro-batch then shares its prompt (run once, see
+    # logprobs.py) and holds rows of similar length (little padding). The sum is order-free.
+    plan = [[chunk[i:i + config.micro_batch_size] for i in range(0, len(chunk), config.micro_batch_size)]
+            for chunk in (sorted(c, key=lambda it: it.sequence.input_ids) for c in _chunks(prepared.items, config.gradient_steps))]
+    behaviour = _trainer_old_logprobs(host, slot, plan, config, pad_id, guard)
+    start_stats = Counter()  # the first gradient step, before any update
+    for k, micros in enumerate(plan):
         # Renormalise so each gradient step averages over the trajectories it holds.
-        weight_scale = 1.0 / sum(it.weight * it.sequence.trained_tokens for it in chunk)
+        weight_scale = 1.0 / sum(it.weight * it.sequence.trained_tokens for micro in micros for it in micro)
         stats = Counter()
-        for start in range(0, len(chunk), config.micro_batch_size):
-            micro = chunk[start:start + config.micro_batch_size]
+        for i, micro in enumerate(micros):
             guard.check()
             with host.lock:
                 host.activate(slot)
                 batch = pad_batch([it.sequence for it in micro], pad_id, host.device)
-                micro_stats = _micro_step(host, batch, micro, config, weight_scale)
-            sampler_max = max(sampler_max, micro_stats.pop("sampler_diff_max")) if k == 0 else sampler_max
+                micro_stats = _micro_step(host, batch, micro, config, weight_scale, behaviour.get((k, i)))
+            if k == 0:
+                start_stats["sampler_diff_max"] = max(start_stats["sampler_diff_max"], micro_stats["sampler_diff_max"])
+                start_stats["ratio_max"] = max(start_stats["ratio_max"], micro_stats["ratio_max"])
+                start_stats.update({key: micro_stats[key] for key in ("sampler_diff", "ratio", "sampler_weight", "tokens")})
+            del micro_stats["sampler_diff_max"], micro_stats["ratio_max"]
             stats.update(micro_stats)  # update, not +=: a Counter's += drops negative sums (a loss can be < 0)
         with host.lock:
-            grad_norm = guard.apply(optimizer, params, config.max_grad_norm, stats["loss"] / weight_scale,
-                                    f"gradient step {k + 1} of {len(chunks)}")
+            grad_norm = guard.apply(optimizer, params, config.max_grad_norm, stats["loss"],
+                                    f"gradient step {k + 1} of {len(plan)}")
+        # The weights were renormalised per gradient step, so these sums are its weighted means.
         line = {
-            "type": "progress", "gradient_step": k + 1, "gradient_steps": len(chunks),
-            "loss": stats["loss"] / weight_scale, "grad_norm": grad_norm,
-            "clip_fraction": stats["clipped"] / weight_scale, "approx_kl": stats["approx_kl"] / weight_scale,
-            "kl_ref": stats["kl_ref"] / weight_scale, "entropy": stats["entropy"] / max(1, stats["tokens"]),
+            "type": "progress", "gradient_step": k + 1, "gradient_steps": len(plan),
+            "loss": stats["loss"], "grad_norm": grad_norm,
+            "clip_fraction": stats["clipped"], "approx_kl": stats["approx_kl"],
+            "kl_ref": stats["kl_ref"], "entropy": stats["entropy"] / max(1, stats["tokens"]),
             "lr": config.learning_rate, "tokens": int(stats["tokens"]),
         }
-        if k == 0:  # before any update: how far the trainer's logprobs are from the sampler's
-            sampler_mean = stats["sampler_diff"] / max(1, stats["tokens"])
         totals.update({k2: v for k2, v in line.items() if k2 in ("loss", "clip_fraction", "approx_kl", "kl_ref", "tokens")})
         totals["grad_norm"] += grad_norm
         totals["entropy"] += stats["entropy"]
         if progress:
             progress(line)
-    n = len(chunks)
+    n = len(plan)
+    start_tokens = max(1, start_stats["tokens"])
     return {
         "loss": totals["loss"] / n, "grad_norm": totals["grad_norm"] / n, "clip_fraction": totals["clip_fraction"] / n,
         "approx_kl": totals["approx_kl"] / n, "kl_ref": totals["kl_ref"] / n,
         "entropy": totals["entropy"] / max(1, totals["tokens"]), "tokens_trained": int(totals["tokens"]),
         "gradient_steps": n, "forward_backward_s": time.perf_counter() - started,
-        "sampler_logprob_diff_mean": sampler_mean, "sampler_logprob_diff_max": sampler_max,
+        # How exactly the trainer sees what the sampler sampled, before the step's first update.
+        "sampler_logprob_diff_mean": start_stats["sampler_diff"] / start_tokens,
+        "sampler_logprob_diff_max": start_stats["sampler_diff_max"],
+        "importance_ratio_mean": start_stats["ratio"] / start_tokens, "importance_ratio_max": start_stats["ratio_max"],
+        "sampler_weight_mean": start_stats["sampler_weight"] / start_tokens,
     }
 
 
+def _trainer_old_logprobs(host: LoraHost, slot: str, plan: list[list[list[TrainItem]]], config: GRPOConfig,
+                          pad_id: int, guard: StepGuard) -> dict[tuple[int, int], torch.Tensor]:
+    """With the sampler correction on, the trainer's own logprobs of every micro-batch before the
+    step's first update, for the gradient steps after the first (the first computes them in its own
+    forward pass: nothing has changed yet). Keyed by (gradient step, micro-batch)."""
+    out: dict[tuple[int, int], torch.Tensor] = {}
+    if config.sampler_correction != "tis":
+        return out
+    for k, micros in enumerate(plan[1:], start=1):
+        for i, micro in enumerate(micros):
+            guard.check()
+            with host.lock, torch.no_grad():
+                host.activate(slot)
+                batch = pad_batch([it.sequence for it in micro], pad_id, host.device)
+                out[(k, i)] = token_logprobs(host.model, batch, config.temperature)[0]
+    return out
+
+
 def _micro_step(host: LoraHost, batch: Batch, micro: list[TrainItem], config: GRPOConfig,
-                weight_scale: float) -> Counter:
+                weight_scale: float, trainer_old: torch.Tensor | None) -> Counter:
     model = host.model
     # Per-token tensors in the same flat order as token_logprobs returns them.
     seq_index = batch.token_rows
-    old = batch.old_logprobs()
+    sampler = batch.old_logprobs()
     advantages = torch.tensor([it.advantage for it in micro], dtype=torch.float32, device=host.device)[seq_index]
     weights = torch.tensor([it.weight * weight_scale for it in micro], dtype=torch.float32, device=host.device)[seq_index]
     new, entropy = token_logprobs(model, batch, config.temperature, with_entropy=True)
+    old, sampler_weights = sampler, None
+    if config.sampler_correction == "tis":
+        old = new.detach() if trainer_old is None else trainer_old
+        sampler_weights = truncated_is_weights(old, sampler, config.sampler_correction_cap)
     ref = None
     if config.kl_coef:
         with torch.no_grad(), host.base_only():
             ref, _ = token_logprobs(model, batch, config.temperature)
     terms = grpo_token_loss(new, old, advantages, weights, seq_index, variant=config.loss, eps_low=config.eps_low,
                             eps_high=config.eps_high, importance_sampling=config.importance_sampling, ref_lp=ref,
-                            kl_coef=config.kl_coef)
+                            kl_coef=config.kl_coef, sampler_lp=sampler, sampler_weights=sampler_weights)
     terms.loss.backward()
-    diff = (new.detach() - old).abs()
+    diff = (new.detach() - sampler).abs()
+    any_tokens = diff.numel() > 0
     return Counter({"loss": float(terms.loss.detach()), "clipped": float(terms.clipped), "approx_kl": float(terms.approx_kl_policy),
                     "kl_ref": float(terms.kl_ref), "entropy": float(entropy.sum()), "tokens": int(new.numel()),
-                    "sampler_diff": float(diff.sum()), "sampler_diff_max": float(diff.max()) if diff.numel() else 0.0})
+                    "sampler_diff": float(diff.sum()), "sampler_diff_max": float(diff.max()) if any_tokens else 0.0,
+                    "ratio": float(terms.ratio.sum()), "ratio_max": float(terms.ratio.max()) if any_tokens else 0.0,
+                    "sampler_weight": float(sampler_weights.sum()) if sampler_weights is not None else float(new.numel())})

@@ -17,6 +17,16 @@ and the current policy's logprob (new):
     kl_t = exp(ref_t - new_t) - (ref_t - new_t) - 1               (k3 estimator, against the base)
     loss_t += kl_coef * kl_t
 
+The sampler (vLLM's kernels, bf16) does not score tokens exactly as the trainer does, so with
+sampler_correction="tis" (truncated importance sampling) `old` is the trainer's own logprob before
+the step's first update, and the policy term is weighted by how much likelier the trainer finds the
+token than the sampler did, truncated so one token cannot dominate:
+
+    w_t = min(exp(trainer_old_t - sampler_t), cap)                (loss_t's policy term times w_t)
+
+Then the ratio starts at exactly 1 whatever the sampler's precision, and the mismatch (or a sampler
+that ran an older step) is corrected by w_t instead of being clipped as if the policy had moved.
+
 Every trajectory weighs the same: its tokens share weight 1 / (tokens in it), averaged over the
 trajectories in the step.
 """
@@ -42,14 +52,23 @@ class LossTerms:
     clipped: torch.Tensor  # tokens whose ratio was clipped (count, weighted like the loss)
     approx_kl_policy: torch.Tensor  # k3 between sampling and current policy, weighted
     kl_ref: torch.Tensor  # k3 to the base, weighted (0 without a reference)
+    ratio: torch.Tensor  # per token, the importance ratio the loss used (detached)
+
+
+def truncated_is_weights(trainer_old: torch.Tensor, sampler: torch.Tensor, cap: float) -> torch.Tensor:
+    """w_t = min(exp(trainer_old_t - sampler_t), cap): corrects for a sampler that scores differently."""
+    return torch.exp(trainer_old - sampler).clamp(max=cap)
 
 
 def grpo_token_loss(new_lp: torch.Tensor, old_lp: torch.Tensor, advantages: torch.Tensor, weights: torch.Tensor,
                     seq_index: torch.Tensor, *, variant: str = "ppo", eps_low: float = 0.2, eps_high: float = 0.28,
                     importance_sampling: str = "token", ref_lp: torch.Tensor | None = None,
-                    kl_coef: float = 0.0) -> LossTerms:
+                    kl_coef: float = 0.0, sampler_lp: torch.Tensor | None = None,
+                    sampler_weights: torch.Tensor | None = None) -> LossTerms:
     """All tensors are flat over the trained tokens of a micro-batch: `advantages` holds each
-    token's trajectory advantage, `weights` its weight, `seq_index` which sequence it belongs to."""
+    token's trajectory advantage, `weights` its weight, `seq_index` which sequence it belongs to.
+    `old_lp` are the logprobs the ratio is taken against; `sampler_lp` (when they differ from
+    `old_lp`) the sampler's, for the KL metric; `sampler_weights` the truncated IS weights."""
     log_ratio = new_lp - old_lp
     if importance_sampling == "sequence":
         n_seq = int(seq_index.max().item()) + 1 if seq_index.numel() else 0
@@ -65,6 +84,8 @@ def grpo_token_loss(new_lp: torch.Tensor, old_lp: torch.Tensor, advantages: torc
         per_token = -clipped_ratio.detach() * advantages * new_lp
     else:
         raise ValueError(f"unknown loss variant {variant!r} (ppo or cispo)")
+    if sampler_weights is not None:
+        per_token = sampler_weights * per_token
     kl_ref = torch.zeros((), device=new_lp.device)
     if ref_lp is not None and kl_coef:
         d = ref_lp - new_lp
@@ -73,6 +94,6 @@ def grpo_token_loss(new_lp: torch.Tensor, old_lp: torch.Tensor, advantages: torc
         kl_ref = (weights * kl_t).sum().detach()
     with torch.no_grad():
         clipped = (weights * ((ratio < 1 - eps_low) | (ratio > 1 + eps_high)).to(weights.dtype)).sum()
-        d_old = old_lp - new_lp
+        d_old = (old_lp if sampler_lp is None else sampler_lp) - new_lp
         approx_kl = (weights * (torch.exp(d_old) - d_old - 1)).sum()
-    return LossTerms((weights * per_token).sum(), clipped, approx_kl, kl_ref)
+    return LossTerms((weights * per_token).sum(), clipped, approx_kl, kl_ref, ratio.detach())
