@@ -21,6 +21,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a bad flag is one line (no usage block) and the configuration exit code."""
 
     def error(self, message: str):  # type: ignore[override]
+        if message.startswith("argument --vllm-args: expected one argument"):  # its value starts with "-"
+            message += "; write the flags for vLLM after an equals sign: --vllm-args='--max-num-seqs 16'"
         self.exit(CONFIG_EXIT_CODE, f"{CONFIG_ERROR_PREFIX}{message} (see art-server --help)\n")
 
 

@@ -25,6 +25,13 @@ def test_binding_a_non_loopback_address_requires_a_token():
     assert "--token" in result.stderr and "non-loopback" in result.stderr
 
 
+def test_flags_for_vllm_given_as_a_separate_value_say_to_use_an_equals_sign():
+    result = run_cli("--vllm-args", "--enforce-eager")  # one word starting with "-": argparse takes it for a flag
+    assert result.returncode == 78 and result.stderr.count("\n") == 1, result.stderr
+    assert "--vllm-args='--max-num-seqs 16'" in result.stderr
+    assert parse_args(["--vllm-args=--max-num-seqs 16"]).vllm_args == "--max-num-seqs 16"
+
+
 def test_loopback_generates_a_token_and_env_vars_match_flags(monkeypatch):
     config = parse_args([])
     assert config.host == "127.0.0.1" and len(config.token) >= 24

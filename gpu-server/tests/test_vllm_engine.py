@@ -103,7 +103,9 @@ def test_the_api_key_reaches_vllm_as_one_argument_even_when_it_starts_with_a_das
     assert "--api-key=-starts-with-a-dash" in engine.command(8000)
 
 
-def test_cuda_gets_sleep_mode_and_a_memory_share_a_cpu_gets_a_dtype_and_kv_cache_space(tmp_path, tiny_path):
+def test_cuda_gets_sleep_mode_and_a_memory_share_a_cpu_gets_a_dtype_kv_cache_space_and_every_core(tmp_path, tiny_path,
+                                                                                                monkeypatch):
+    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
     config = ServerConfig(data_dir=tmp_path, vllm_command=STANDIN_COMMAND)
     cuda = VLLMEngine(config, "builtin:tiny", tiny_path, "cuda", None)
     cpu = VLLMEngine(config, "builtin:tiny", tiny_path, "cpu", None)
@@ -112,6 +114,9 @@ def test_cuda_gets_sleep_mode_and_a_memory_share_a_cpu_gets_a_dtype_and_kv_cache
     assert "--enable-sleep-mode" not in cpu.command(1) and cpu.command(1)[cpu.command(1).index("--dtype") + 1] == "float32"
     assert cuda.environment()["VLLM_SERVER_DEV_MODE"] == "1" and cpu.environment()["VLLM_CPU_KVCACHE_SPACE"] == "2"
     assert cpu.command(1)[cpu.command(1).index("--model") + 1] == str(tiny_path)
+    assert cpu.environment()["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0" and "VLLM_CPU_NUM_OF_RESERVED_CPU" not in cuda.environment()
+    monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "1")  # a user's own setting wins
+    assert cpu.environment()["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"
 
 
 def test_the_launcher_is_the_vllm_cli_or_the_cpu_builds_module(monkeypatch, tmp_path):

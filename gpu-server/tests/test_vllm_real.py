@@ -38,8 +38,9 @@ if cpu_venv_python() is None:
 
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory):
+    # Started through a fault: the port picked for vLLM is taken before vLLM binds it.
     srv = start_server(tmp_path_factory.mktemp("vllm-real"), "--engine", "vllm", "--base-model", MODEL,
-                       "--dtype", "float32", timeout=600)
+                       "--dtype", "float32", env={"ART_FAULT": "vllm_port_taken"}, timeout=600)
     yield srv
     srv.stop()
 
@@ -78,8 +79,13 @@ def vllm_pid(client: httpx.Client) -> int:
     raise AssertionError("no vLLM process found")
 
 
-def test_the_server_runs_vllms_cpu_build(client):
+def test_the_server_runs_vllms_cpu_build(client, vllm):
     assert client.get("/health").json()["engine"] == "vllm"
+    # The first port was taken (ART_FAULT=vllm_port_taken): vLLM said so and started on another one.
+    assert any("vLLM's port was taken before it bound it" in line and "already in use" in line.lower()
+               for line in vllm.stderr_lines), "".join(vllm.stderr_lines[-20:])
+    # vLLM's CPU build computes on every core (by itself it keeps one for its API server).
+    assert "reserved_cpus=[]" in (vllm.data_dir / "logs" / "vllm.log").read_text()
     stats = client.get("/v1/engine/stats").json()
     assert stats["engine"] == "vllm" and stats["device"] == "cpu" and stats["url"].startswith("http://127.0.0.1:")
 
@@ -179,9 +185,12 @@ def group_members(pgid: int) -> list[int]:
 
 
 def _pgid(pid: int) -> int | None:
+    """The process group of a live process; None once it has exited (a zombie has exited: where
+    nothing reaps orphans, as in some containers, it stays listed)."""
     try:
-        return os.getpgid(pid)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return None if stat[stat.rindex(")") + 2] == "Z" else os.getpgid(pid)
+    except (OSError, ProcessLookupError):
         return None
 
 
@@ -206,6 +215,19 @@ def test_a_killed_vllm_is_a_503_then_restarted_with_its_adapters(client):
     assert client.get("/v1/engine/stats").json()["restarts"] == 1
     # What the killed server had forked (engine core, workers: GBs each) did not outlive it.
     assert [p for p in forked if _pgid(p) is not None] == []
+
+
+def test_a_server_killed_with_kill_9_takes_vllm_and_its_workers_with_it(vllm, client):
+    """The last test on the module's server: nothing can clean up after kill -9, so vLLM is told by
+    the kernel (its parent-death signal) and stops its engine core and workers."""
+    group = group_members(os.getpgid(vllm_pid(client)))
+    assert len(group) >= 2, group
+    os.kill(vllm.process.pid, signal.SIGKILL)
+    vllm.process.wait(10)
+    deadline = time.monotonic() + 60
+    while [p for p in group if _pgid(p) is not None] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert [p for p in group if _pgid(p) is not None] == [], "vLLM outlived its server"
 
 
 def test_no_memory_for_the_kv_cache_is_one_configuration_line_and_exit_78(tmp_path):
