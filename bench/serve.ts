@@ -11,15 +11,14 @@
 //
 //   npm run bench:serve [-- --rounds 3 --requests-per-level 192 --max-tokens 16 --levels 1,8,32 --dtype auto|float32|bfloat16]
 //   npm run bench:serve -- --model builtin:tiny --levels 1,8,64,256 --requests-per-level 768 --rounds 5
-import { spawn } from "node:child_process";
+//   npm run bench:serve -- --engines hf,vllm    (the engines side by side: bench/serve-engines.ts)
 import fs from "node:fs";
 import path from "node:path";
-import readline from "node:readline";
 import { parseArgs } from "node:util";
 import OpenAI from "openai";
+import { compareEngines } from "./serve-engines";
+import { MESSAGES, MODEL_CACHE, ROOT, SYSTEM, lineProcess, median, runRound, startServer, summarize, type Round } from "./serve-common";
 
-const ROOT = path.resolve(__dirname, "..");
-const PYTHON = path.join(ROOT, ".venv", "bin", "python");
 const { values } = parseArgs({
   options: {
     "requests-per-level": { type: "string", default: "192" },
@@ -28,119 +27,35 @@ const { values } = parseArgs({
     rounds: { type: "string", default: "3" },
     model: { type: "string", default: "HuggingFaceTB/SmolLM2-135M-Instruct" },
     dtype: { type: "string", default: "auto" },
+    engines: { type: "string" },
   },
 });
 const MAX_TOKENS = Number(values["max-tokens"]);
 const LEVELS = values.levels.split(",").map(Number);
 const ROUNDS = Number(values.rounds);
-const SYSTEM = { role: "system" as const, content: "You play tic-tac-toe as X. Reply with one empty cell name, like B2." };
-const MESSAGES = [SYSTEM, { role: "user" as const, content: "A1 X  A3\nB1 O  B3\nC1 C2 C3\nYour move?" }];
-const MODEL_CACHE = process.env.ART_MODEL_CACHE ?? path.join(__dirname, "..", ".art", "models");
-
-interface Round {
-  requests: number;
-  errors: number;
-  tokens: number;
-  wallSeconds: number;
-  tokensPerSecond: number;
-  latenciesMs: number[];
-  engineSteps: number;
-  engineTokens: number;
-  errorMessages: string[];
-}
-
-interface EngineStats {
-  steps: number;
-  tokens_generated: number;
-  prompts_prefilled: number;
-}
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-
-function percentile(sorted: number[], p: number): number {
-  if (!sorted.length) return NaN;
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
-}
-
-/** A child process that prints one JSON line per answer; `ask` writes a line and awaits the next answer. */
-function lineProcess(args: string[]) {
-  const child = spawn(PYTHON, args, { stdio: ["pipe", "pipe", "inherit"] });
-  const waiting: { resolve: (line: string) => void; reject: (error: Error) => void }[] = [];
-  readline.createInterface({ input: child.stdout! }).on("line", (line) => line.startsWith("{") && waiting.shift()?.resolve(line));
-  child.on("exit", (code) => waiting.splice(0).forEach((w) => w.reject(new Error(`${args.join(" ")} exited with ${code}`))));
-  const next = () => new Promise<string>((resolve, reject) => waiting.push({ resolve, reject }));
-  return { child, next, ask: (line: string) => { const answer = next(); child.stdin!.write(line + "\n"); return answer; } };
-}
-
-async function startServer(dataDir: string) {
-  const server = lineProcess(["-m", "art_server", "--base-model", values.model, "--port", "0", "--data-dir", dataDir,
-    "--model-cache", MODEL_CACHE, "--log-level", "warning", "--dtype", values.dtype]);
-  const ready = JSON.parse(await server.next()) as { url: string; token: string };
-  const stats = async (): Promise<EngineStats> =>
-    (await (await fetch(`${ready.url}/v1/engine/stats`, { headers: { authorization: `Bearer ${ready.token}` } })).json()) as EngineStats;
-  return { ...ready, stats, stop: () => server.child.kill("SIGTERM") };
-}
-
-async function runRound(client: OpenAI, concurrency: number, requests: number, seedBase: number,
-  stats: () => Promise<EngineStats>): Promise<Round> {
-  const before = await stats();
-  const latenciesMs: number[] = [];
-  const errorMessages: string[] = [];
-  let tokens = 0;
-  let next = 0;
-  const started = performance.now();
-  async function worker() {
-    while (next < requests) {
-      const i = next++;
-      const t0 = performance.now();
-      try {
-        const r = await client.chat.completions.create({ model: values.model, messages: MESSAGES, max_tokens: MAX_TOKENS, seed: seedBase + i });
-        tokens += r.usage?.completion_tokens ?? 0;
-        latenciesMs.push(performance.now() - t0);
-      } catch (error) {
-        errorMessages.push(String(error));
-      }
-    }
-  }
-  await Promise.all(Array.from({ length: concurrency }, worker));
-  const wallSeconds = (performance.now() - started) / 1000;
-  const after = await stats();
-  return { requests, errors: errorMessages.length, tokens, wallSeconds, tokensPerSecond: tokens / wallSeconds, latenciesMs,
-    engineSteps: after.steps - before.steps, engineTokens: after.tokens_generated - before.tokens_generated,
-    errorMessages: errorMessages.slice(0, 5) };
-}
-
-function summarize(concurrency: number, rounds: Round[]) {
-  const latencies = rounds.flatMap((r) => r.latenciesMs).sort((a, b) => a - b);
-  const rates = rounds.map((r) => r.tokensPerSecond);
-  const steps = rounds.reduce((s, r) => s + r.engineSteps, 0);
-  return {
-    concurrency, requests: rounds.reduce((s, r) => s + r.requests, 0), errors: rounds.reduce((s, r) => s + r.errors, 0),
-    tokensPerSecond: median(rates), tokensPerSecondMin: Math.min(...rates), tokensPerSecondMax: Math.max(...rates),
-    p50Ms: percentile(latencies, 50), p95Ms: percentile(latencies, 95),
-    // Tokens sampled per forward pass (prefills and decode steps): how full the batches were.
-    tokensPerEngineStep: rounds.reduce((s, r) => s + r.engineTokens, 0) / steps,
-    errorMessages: rounds.flatMap((r) => r.errorMessages).slice(0, 5), rounds,
-  };
-}
 
 async function main() {
   const outDir = path.join(ROOT, ".artifacts", "bench");
   fs.mkdirSync(outDir, { recursive: true });
+  if (values.engines) {
+    await compareEngines({ engines: values.engines.split(","), model: values.model, dtype: values.dtype, maxTokens: MAX_TOKENS,
+      levels: LEVELS, rounds: ROUNDS, outDir });
+    return;
+  }
   const dataDir = path.join(ROOT, ".artifacts", "bench", "data");
-  const server = await startServer(dataDir);
+  const server = await startServer({ model: values.model, dtype: values.dtype, dataDir });
   const direct = lineProcess([path.join(ROOT, "bench", "serve_engine_direct.py"), "--max-tokens", String(MAX_TOKENS),
     "--data-dir", dataDir, "--model-cache", MODEL_CACHE, "--model", values.model, "--dtype", values.dtype, "--messages", JSON.stringify(MESSAGES)]);
   const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: server.token, maxRetries: 0, timeout: 120_000 });
   try {
     await direct.next(); // loaded and warmed up
-    await runRound(client, 4, 16, 10_000, server.stats); // warm-up
+    await runRound(client, values.model, MAX_TOKENS, 4, 16, 10_000, server.stats); // warm-up
     const rounds = new Map<number, Round[]>(LEVELS.map((level) => [level, []]));
     for (let round = 0; round < ROUNDS; round++) {
       for (const level of round % 2 ? [...LEVELS].reverse() : LEVELS) {
         // Concurrency 1 is slow and steady: 30 requests a round measure it well.
         const requests = level === 1 ? 30 : Math.max(Math.ceil(Number(values["requests-per-level"]) / ROUNDS), 2 * level);
-        rounds.get(level)!.push(await runRound(client, level, requests, round * 1000, server.stats));
+        rounds.get(level)!.push(await runRound(client, values.model, MAX_TOKENS, level, requests, round * 1000, server.stats));
       }
     }
     const results = LEVELS.map((level) => summarize(level, rounds.get(level)!));
@@ -177,7 +92,7 @@ async function main() {
           messages: [SYSTEM, { role: "user", content: `A1 X  A3\nB1 O  B3\nC1 C2 C3\nYour move, ${kind === "shared" ? "player" : `play${String.fromCharCode(97 + i)}r`}?` }],
         })));
         groupTimes[kind].push((performance.now() - t0) / 1000);
-        prefilled[kind].push((await server.stats()).prompts_prefilled - before.prompts_prefilled);
+        prefilled[kind].push((await server.stats()).prompts_prefilled! - before.prompts_prefilled!);
       }
     }
     const overhead = (median(http) - median(engine)) / median(http);
