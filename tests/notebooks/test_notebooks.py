@@ -308,7 +308,8 @@ def test_tictactoe_trains_through_real_vllm_in_smoke_configuration() -> None:
     each step (npm test sets it up), and the trainer's logprobs match what vLLM sampled with."""
     nb = execute(ROOT / "notebooks" / "tictactoe.ipynb", {"ART_ENGINE": "vllm"})
     streams = "".join(o.get("text", "") for o in outputs_of(nb) if o.get("output_type") == "stream")
-    assert "engine            vllm" in streams, streams[:2000]
+    shown = "".join(o.get("data", {}).get("text/plain", "") for o in outputs_of(nb))  # the parameters table
+    assert re.search(r"engine +vllm +ART_ENGINE", shown), shown[:2000]
     data_dir = Path(re.search(r"local gpu-server \(pid \d+\) on (\S+);", streams).group(1))
     vllm_log = (data_dir / "logs" / "vllm.log").read_text()
     assert re.search(r"Loaded new LoRA adapter: name '[^']+@1'", vllm_log), vllm_log[-3000:]  # step 1, hot-loaded
