@@ -10,7 +10,15 @@
 
     npm run bench:train [-- --steps 5 --model builtin:tiny]
 
-Raw data: .artifacts/bench/train.json
+3. With `--ranks 1,2`: instead of 1 and 2, the same fixed trajectories trained by the real server
+   with --train-ranks 1, then 2 (torch.distributed, gloo on CPU; this machine's cores shared evenly
+   between the ranks): step time, trained tokens/s, and the bytes each optimizer step moves between
+   ranks, with what they would cost over NVLink and 100 Gb Ethernet for this model and a 7B one.
+4. With `--placements`: only the cookbook step of 2. on the vllm engine, vLLM and the trainer
+   sharing every core, then vLLM on core 0 and the trainer on core 1 (--inference-devices cpu:0
+   --train-devices cpu:1).
+
+Raw data: .artifacts/bench/train.json (ranks: train-ranks.json, placements: train-placements.json)
 """
 
 from __future__ import annotations
@@ -169,13 +177,17 @@ def cookbook_rollout(client, model: str, seed: int) -> dict:
     return {"messages_and_choices": [*messages, choice_item(r, choice)], "reward": float(hit)}
 
 
-def bench_cookbook_step(model: str, steps: int, groups: int, size: int, out_dir: Path) -> dict:
+def bench_cookbook_step(model: str, steps: int, groups: int, size: int, out_dir: Path, server_args: tuple[str, ...] = ()) -> dict:
     """Steps of a cookbook loop through the server over HTTP: gather the rollouts (concurrently, as the
     TypeScript client does), then train; the server reports where the step's time went."""
+    import shutil
+
     from conftest import start_server
     from rl import step
 
-    srv = start_server(out_dir / f"cookbook-data-{os.getpid()}", "--base-model", model, "--log-level", "warning")
+    data = out_dir / f"cookbook-data-{os.getpid()}"
+    shutil.rmtree(data, ignore_errors=True)
+    srv = start_server(data, "--base-model", model, "--log-level", "warning", *server_args, timeout=900)
     rows = []
     try:
         with srv.client(timeout=600) as c, ThreadPoolExecutor(groups * size) as pool:
@@ -193,8 +205,96 @@ def bench_cookbook_step(model: str, steps: int, groups: int, size: int, out_dir:
                                                                      "tokens_trained", "sequences")}})
     finally:
         srv.stop()
-    keys = ["rollout_s", "tokenize_s", "forward_backward_s", "save_s", "reload_s", "train_request_s", "tokens_trained"]
+    for r in rows:
+        r["step_s"] = r["rollout_s"] + r["train_request_s"]
+    keys = ["rollout_s", "tokenize_s", "forward_backward_s", "save_s", "reload_s", "train_request_s", "tokens_trained", "step_s"]
     return {"steps": rows, "median": {k: statistics.median(r[k] for r in rows) for k in keys}}
+
+
+PLACEMENTS = {
+    "vLLM and trainer share every core": ("--engine", "vllm"),
+    "vLLM on core 0, trainer on core 1": ("--engine", "vllm", "--inference-devices", "cpu:0", "--train-devices", "cpu:1"),
+}
+
+
+def bench_placements(model: str, steps: int, groups: int, size: int, out_dir: Path) -> None:
+    """The cookbook step with vLLM sharing the cores with the trainer, then each pinned to its own."""
+    results = {name: bench_cookbook_step(model, steps, groups, size, out_dir, args) for name, args in PLACEMENTS.items()}
+    print(f"\nA cookbook step through the server on vLLM ({groups} x {size} tic-tac-toe turns, 4 tokens each; "
+          f"median of {steps} after a warm-up), {os.cpu_count()} CPU cores:\n")
+    print("| placement | rollout | forward/backward | whole train request | whole step |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for name, r in results.items():
+        m = r["median"]
+        print(f"| {name} | {m['rollout_s']:.2f} s | {m['forward_backward_s']:.2f} s | {m['train_request_s']:.2f} s | "
+              f"{m['step_s']:.2f} s |")
+    out = out_dir / "train-placements.json"
+    out.write_text(json.dumps({"model": model, "placements": {k: list(v) for k, v in PLACEMENTS.items()}, "results": results}, indent=2))
+    print(f"raw data: {out.relative_to(ROOT)}")
+
+
+# LoRA r=8 on q,k,v,o,gate,up,down: (hidden, kv dim, intermediate, layers) of two models, for the
+# all-reduce volume table (the 7B shape is Qwen2.5-7B's config.json).
+SHAPES = {"SmolLM2-135M": (576, 192, 1536, 30), "Qwen2.5-7B": (3584, 512, 18944, 28)}
+LINKS = {"NVLink 4 (H100, ~450 GB/s each way)": 450e9, "100 Gb Ethernet (12.5 GB/s)": 12.5e9}
+
+
+def lora_params(hidden: int, kv: int, inter: int, layers: int, r: int = 8) -> int:
+    pairs = [(hidden, hidden), (hidden, kv), (hidden, kv), (hidden, hidden), (hidden, inter), (hidden, inter), (inter, hidden)]
+    return layers * sum(r * (a + b) for a, b in pairs)
+
+
+def bench_ranks(model: str, data: list[dict], ranks: list[int], steps: int, out_dir: Path) -> None:
+    """The same fixed groups through the real server with --train-ranks R, for each R."""
+    from conftest import start_server
+    from rl import step
+
+    groups = as_groups(data)
+    cores = os.cpu_count() or 1
+    results = []
+    for r in ranks:
+        srv = start_server(out_dir / f"ranks-data-{r}-{os.getpid()}", "--base-model", model, "--log-level", "warning",
+                           "--train-ranks", str(r))
+        try:
+            with srv.client(timeout=1200) as c:
+                c.post("/v1/art/models/register", json={"name": "bench", "project": "bench", "base_model": model}).raise_for_status()
+                rows = []
+                for s in range(steps + 1):
+                    started = time.perf_counter()
+                    metrics = step(c, "bench", groups, learning_rate=1e-5)[-1]["metrics"]
+                    if s:  # the first step warms up
+                        rows.append({"request_s": time.perf_counter() - started, "forward_backward_s": metrics["forward_backward_s"],
+                                     "tokens_trained": metrics["tokens_trained"], "loss": metrics["loss"]})
+        finally:
+            srv.stop()
+        fb = statistics.median(x["forward_backward_s"] for x in rows)
+        results.append({"ranks": r, "threads_per_rank": max(1, cores // r), "steps": rows, "forward_backward_s": fb,
+                        "request_s": statistics.median(x["request_s"] for x in rows),
+                        "tokens_per_s": rows[0]["tokens_trained"] / fb})
+    base = results[0]["tokens_per_s"]
+    print(f"\nTrainer ranks: {model}, {len(data)} groups x {len(data[0]['completions'])} trajectories, {steps} timed steps "
+          f"after one warm-up, through the server (--train-ranks R), {cores} CPU cores shared evenly\n")
+    print("| ranks | threads per rank | forward/backward (median) | whole train request | trained tokens/s | vs first |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    for x in results:
+        print(f"| {x['ranks']} | {x['threads_per_rank']} | {x['forward_backward_s']:.2f} s | {x['request_s']:.2f} s | "
+              f"{x['tokens_per_s']:.0f} | {x['tokens_per_s'] / base:.2f}x |")
+    print("\nWhat ranks exchange per optimizer step: the LoRA gradients (a reduce onto rank 0) and the new weights (a "
+          "broadcast), fp32, i.e. 2x the LoRA parameters, what a ring all-reduce moves per GPU. Time on the wire at full "
+          "bandwidth:\n")
+    print("| model (LoRA r=8, all projections) | LoRA parameters | bytes per optimizer step | " +
+          " | ".join(LINKS) + " |")
+    print("| --- | ---: | ---: | " + " | ".join("---:" for _ in LINKS) + " |")
+    volume = {}
+    for name, shape in SHAPES.items():
+        n = lora_params(*shape)
+        moved = 2 * 4 * n
+        volume[name] = {"lora_params": n, "bytes": moved}
+        print(f"| {name} | {n / 1e6:.1f} M | {moved / 1e6:.0f} MB | " +
+              " | ".join(f"{moved / bw * 1000:.2f} ms" for bw in LINKS.values()) + " |")
+    out = out_dir / "train-ranks.json"
+    out.write_text(json.dumps({"model": model, "results": results, "volume": volume, "links_bytes_per_s": LINKS}, indent=2))
+    print(f"raw data: {out.relative_to(ROOT)}")
 
 
 def main() -> None:
@@ -205,6 +305,9 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=16)
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--dtypes", default="fp32,bf16")
+    p.add_argument("--ranks", default="", help="e.g. 1,2: only the trainer-ranks benchmark, for each number of ranks")
+    p.add_argument("--placements", action="store_true",
+                   help="only the cookbook step on vLLM, sharing the cores with the trainer vs each on its own core")
     a = p.parse_args()
     from art_server.allocator import keep_freed_memory
     from art_server.models.resolve import resolve_base_model
@@ -212,10 +315,16 @@ def main() -> None:
     keep_freed_memory()  # as the server does at start
     out_dir = ROOT / ".artifacts" / "bench"
     out_dir.mkdir(parents=True, exist_ok=True)
+    if a.placements:
+        bench_placements(a.model, a.steps, a.groups, a.group_size, out_dir)
+        return
     cache = Path(os.environ.get("ART_MODEL_CACHE") or ROOT / ".art" / "models")
     base = resolve_base_model(a.model, out_dir / "data", cache).path
     torch.manual_seed(0)
     data = fixed_groups(base, a.groups, a.group_size, a.tokens, seed=0)
+    if a.ranks:
+        bench_ranks(a.model, data, [int(r) for r in a.ranks.split(",")], a.steps, out_dir)
+        return
     trainers = {}
     for dtype in a.dtypes.split(","):
         trainers[dtype] = {"ours": bench_ours(base, data, a.steps, dtype), "trl": bench_trl(base, data, a.steps, dtype, out_dir)}

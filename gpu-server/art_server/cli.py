@@ -101,6 +101,11 @@ async def serve(config: ServerConfig, log_config: dict) -> None:
             app.state.manager.training.cancel_all()
             super().handle_exit(sig, frame)
 
+    from .trainer.ranks import RankSetupError, pin_rank_zero, rank_plan  # here: it imports torch
+
+    plan = rank_plan(config)
+    if plan is not None:
+        pin_rank_zero(plan)  # before the engine starts threads (and vLLM, which is given its own cores)
     app = create_app(config)
     if config.base_model:
         # Loaded before listening, so an engine that cannot start (vLLM missing a requirement, a model
@@ -112,6 +117,12 @@ async def serve(config: ServerConfig, log_config: dict) -> None:
                 raise
             await app.state.manager.close()
             raise ConfigError(f"the {config.engine} engine could not start: {error}; fix that, or use --engine hf") from None
+    if plan is not None:
+        try:
+            await app.state.manager.training.start_ranks(plan)
+        except RankSetupError as error:
+            await app.state.manager.close()
+            raise ConfigError(str(error)) from None
     sock = bind(config.host, config.port)
     port = sock.getsockname()[1]
     limits = ConnectionLimits(config.max_header_bytes, config.max_headers, config.header_timeout_s, config.body_timeout_s)

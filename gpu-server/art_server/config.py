@@ -59,6 +59,16 @@ class ServerConfig:
     vllm_startup_timeout_s: float = 900.0
     vllm_sleep_mode: str = "auto"  # sleep vLLM while a step trains: auto = on CUDA (vLLM's sleep mode is CUDA-only)
     vllm_cpu_kv_cache_gib: int = 2  # VLLM_CPU_KVCACHE_SPACE for vLLM's CPU build (whole GiB)
+    inference_devices: str = ""  # where vLLM runs (engine/vllm_placement.py)
+    # trainer ranks (trainer/ranks.py): data-parallel training on torch.distributed
+    train_ranks: int = 1
+    train_local_ranks: int = 0  # ranks this server starts (0: all); the rest join from other machines
+    train_devices: str = ""
+    train_master_addr: str = "127.0.0.1"
+    train_master_port: int = 0
+    train_rendezvous_timeout_s: float = 60.0
+    train_rank_timeout_s: float = 300.0
+    train_threads_per_rank: int = 0  # CPU threads per rank (0: this machine's cores shared evenly)
 
     @property
     def loopback(self) -> bool:
@@ -132,6 +142,30 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
                         "where vLLM's sleep mode exists")
     p.add_argument("--vllm-cpu-kv-cache-gib", type=int, default=int(_env("VLLM_CPU_KV_CACHE_GIB", str(d.vllm_cpu_kv_cache_gib))),
                    help="vLLM's CPU build: GiB of KV cache (VLLM_CPU_KVCACHE_SPACE)")
+    p.add_argument("--inference-devices", default=_env("INFERENCE_DEVICES", d.inference_devices),
+                   help="vllm engine: where vLLM runs, e.g. cuda:0,cuda:1 (one replica per GPU unless --vllm-args names "
+                        "parallel sizes) or cpu:0-3 (pinned cores); with --train-devices elsewhere, vLLM keeps serving "
+                        "while a step trains (ART_INFERENCE_DEVICES)")
+    p.add_argument("--train-ranks", type=int, default=int(_env("TRAIN_RANKS", str(d.train_ranks))),
+                   help="trainer processes in one torch.distributed group (ART_TRAIN_RANKS; default 1): each step's sequences "
+                        "are split across them by token count and their LoRA gradients summed")
+    p.add_argument("--train-local-ranks", type=int, default=int(_env("TRAIN_LOCAL_RANKS", str(d.train_local_ranks))),
+                   help="how many of the ranks this server starts (0, the default: all); ranks from this number up join from "
+                        "other machines (python -m art_server.trainer.rank_worker, see the README's multi-node section)")
+    p.add_argument("--train-devices", default=_env("TRAIN_DEVICES", d.train_devices),
+                   help="one device per local rank, e.g. cuda:0,cuda:1 (default: cuda:0.. with CUDA, else cpu)")
+    p.add_argument("--train-master-addr", default=_env("TRAIN_MASTER_ADDR", d.train_master_addr),
+                   help="address rank 0 hosts the ranks' rendezvous on (ART_TRAIN_MASTER_ADDR; default 127.0.0.1)")
+    p.add_argument("--train-master-port", type=int, default=int(_env("TRAIN_MASTER_PORT", str(d.train_master_port))),
+                   help="its port (0: a free one; set it when ranks join from other machines)")
+    p.add_argument("--train-rendezvous-timeout", type=float,
+                   default=float(_env("TRAIN_RENDEZVOUS_TIMEOUT", str(d.train_rendezvous_timeout_s))),
+                   help="seconds every rank has to join at start-up (and after a restart)")
+    p.add_argument("--train-rank-timeout", type=float, default=float(_env("TRAIN_RANK_TIMEOUT", str(d.train_rank_timeout_s))),
+                   help="seconds a rank may keep the others waiting within a step before the step fails")
+    p.add_argument("--train-threads-per-rank", type=int,
+                   default=int(_env("TRAIN_THREADS_PER_RANK", str(d.train_threads_per_rank))),
+                   help="CPU threads of each rank (0: this machine's cores shared evenly between its ranks)")
     p.add_argument("--docs", action="store_true", default=_env("DOCS", "") in ("1", "true"),
                    help="serve the API's documentation at /docs and /openapi.json (ART_DOCS=1; off by default)")
     a = p.parse_args(argv)
@@ -153,4 +187,8 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         vllm_args=a.vllm_args, vllm_gpu_memory_utilization=a.vllm_gpu_memory_utilization,
         vllm_max_lora_rank=a.vllm_max_lora_rank, vllm_startup_timeout_s=a.vllm_startup_timeout,
         vllm_sleep_mode=a.vllm_sleep_mode, vllm_cpu_kv_cache_gib=a.vllm_cpu_kv_cache_gib,
+        inference_devices=a.inference_devices, train_ranks=a.train_ranks, train_local_ranks=a.train_local_ranks, train_devices=a.train_devices,
+        train_master_addr=a.train_master_addr, train_master_port=a.train_master_port,
+        train_rendezvous_timeout_s=a.train_rendezvous_timeout, train_rank_timeout_s=a.train_rank_timeout,
+        train_threads_per_rank=a.train_threads_per_rank,
     )

@@ -40,11 +40,36 @@ def check_config(config: ServerConfig) -> None:
         if not torch.cuda.is_available():
             raise ConfigError(f"--device cuda: torch {torch.__version__} sees no CUDA device on this machine; "
                               "use --device auto (or cpu)")
+    if config.train_ranks != 1 or config.train_local_ranks or config.train_devices:
+        from .trainer.ranks import RankSetupError, rank_plan
+
+        try:
+            rank_plan(config)
+        except RankSetupError as error:
+            raise ConfigError(str(error)) from None
+    if config.inference_devices:
+        check_placement(config)
     if config.base_model:
         try:
             locate_base_model(config.base_model)
         except ModelNotFound as error:
             raise ConfigError(str(error)) from None
+
+
+def check_placement(config: ServerConfig) -> None:
+    """--inference-devices places vLLM; the hf engine serves from the trainer's own model."""
+    from .devices import DeviceError
+    from .engine.vllm_placement import plan_placement
+
+    if config.engine == "hf":
+        raise ConfigError("--inference-devices places vLLM, and --engine hf serves from the trainer's own copy of the "
+                          "model; use --engine vllm")
+    try:
+        placement = plan_placement(config.inference_devices, config.vllm_args, config.train_devices)
+    except DeviceError as error:
+        raise ConfigError(str(error)) from None
+    if placement is not None and config.engine == "auto" and placement.devices[0].kind == "cpu":
+        raise ConfigError("--inference-devices on a CPU: --engine auto is hf there; use --engine vllm (vLLM's CPU build)")
 
 
 def check_writable(folder: Path, flag: str) -> None:

@@ -32,6 +32,14 @@ export interface LocalBackendOptions {
   engine?: "auto" | "hf" | "vllm";
   /** `auto`, `cpu` or `cuda`. */
   device?: "auto" | "cpu" | "cuda";
+  /**
+   * Trainer processes (default 1): each step's sequences are split across them by token count and
+   * their LoRA gradients summed (torch.distributed; gloo on CPU, NCCL on CUDA). Same result as one
+   * process, up to float summation order. See the README's "More than one device".
+   */
+  trainRanks?: number;
+  /** One device per trainer rank, e.g. `["cuda:0", "cuda:1"]` (default: `cuda:0..` with CUDA, else `cpu`). */
+  trainDevices?: string[];
   /** Extra server flags, e.g. `["--max-batch-size", "64"]`. */
   args?: string[];
   /** How long to wait for the server to be ready (default 120 s). */
@@ -55,6 +63,8 @@ const LocalBackendOptionsSchema = z.object({
   modelCache: nonEmpty.optional(),
   engine: z.enum(["auto", "hf", "vllm"]).optional(),
   device: z.enum(["auto", "cpu", "cuda"]).optional(),
+  trainRanks: z.number().int().min(1).max(1024).optional(),
+  trainDevices: z.array(nonEmpty).min(1).optional(),
   args: z.array(z.string()).optional(),
   startupTimeoutMs: z.number().int().min(1000).max(3_600_000).optional(),
   projectRoot: nonEmpty.optional(),
@@ -127,7 +137,10 @@ export class LocalBackend extends RemoteBackend {
       "--device", options.device ?? "auto", "--base-model", options.baseModel ?? DEFAULT_BASE_MODEL,
       "--model-cache", options.modelCache ?? process.env.ART_MODEL_CACHE ?? path.join(root, ".art", "models"),
       // The server stops when this process is gone, even when it is killed (a kernel restarted or killed).
-      "--parent-pid", String(process.pid), ...(options.args ?? [])];
+      "--parent-pid", String(process.pid),
+      ...(options.trainRanks !== undefined ? ["--train-ranks", String(options.trainRanks)] : []),
+      ...(options.trainDevices !== undefined ? ["--train-devices", options.trainDevices.join(",")] : []),
+      ...(options.args ?? [])];
     const { execa } = await import("execa");
     const child = execa(server.command, args, {
       stdout: "pipe", stderr: { file: logFile }, stdin: "ignore", reject: false, cleanup: true,

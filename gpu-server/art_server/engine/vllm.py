@@ -49,6 +49,8 @@ from ..config import ServerConfig
 from .base import Engine, EngineError
 from .chat_frontend import ChatFrontend, ChatStream
 from ..faults import take_once
+from ..process import ALL_CORES, die_with_parent
+from .vllm_placement import plan_placement
 from .openai_format import ChoiceState
 
 log = logging.getLogger(__name__)
@@ -111,7 +113,11 @@ class VLLMEngine(Engine):
         self.path = path
         self.device = device
         self.tokenizer = tokenizer
-        self.sleeps_for_training = config.vllm_sleep_mode == "on" or (config.vllm_sleep_mode == "auto" and device == "cuda")
+        self.placement = plan_placement(config.inference_devices, config.vllm_args, config.train_devices)
+        # Sleep frees vLLM's GPU memory for a step; training on devices of its own needs none of it.
+        dedicated = self.placement is not None and self.placement.dedicated
+        self.sleeps_for_training = config.vllm_sleep_mode == "on" or (config.vllm_sleep_mode == "auto" and device == "cuda"
+                                                                     and not dedicated)
         self.process: subprocess.Popen | None = None
         self.url = ""
         self.api_key = secrets.token_hex(16)
@@ -150,7 +156,8 @@ class VLLMEngine(Engine):
             argv += ["--gpu-memory-utilization", str(config.vllm_gpu_memory_utilization)]
         else:
             argv += ["--dtype", vllm_cpu_dtype(config.dtype, self.path)]
-        return [*argv, *shlex.split(config.vllm_args)]
+        placed = self.placement.extra_args if self.placement is not None else []
+        return [*argv, *placed, *shlex.split(config.vllm_args)]
 
     def environment(self) -> dict[str, str]:
         env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
@@ -162,6 +169,8 @@ class VLLMEngine(Engine):
             # compute; here the art server renders prompts and vLLM's front end is thin, so it gets every
             # core (measured: tokens/s at concurrency 1/8/32 from 22/109/205 to 27/142/276; docs/gpu.md).
             env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+        if self.placement is not None:
+            env.update(self.placement.env)
         return env
 
     @classmethod
@@ -207,8 +216,9 @@ class VLLMEngine(Engine):
             # Its own process group: vLLM forks an engine core and workers, which a kill of the API
             # server alone leaves running (each holding the model and its KV cache).
             # It also gets SIGTERM when this server dies, even by kill -9 (Linux), and then stops its group.
+            cores = self.placement.cores if self.placement is not None else None
             process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.environment(),
-                                       start_new_session=True, preexec_fn=terminate_with_parent)
+                                       start_new_session=True, preexec_fn=lambda: in_vllm_child(cores))
         except FileNotFoundError:
             raise EngineError(f"cannot start vLLM: {cmd[0]!r} not found; ART_EXTRAS=vllm npm run setup installs it, "
                               "or use --engine hf", status=503, code="engine_unavailable") from None
@@ -419,13 +429,13 @@ class VLLMEngine(Engine):
                 "adapters": sorted(self.adapters), "restarts": self.restarts, "pending": 0, "running": 0}
 
 
-def terminate_with_parent() -> None:
-    """In the forked child before exec: ask Linux to send SIGTERM when the parent dies (elsewhere a
-    no-op; close() still stops vLLM on a normal exit)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+def in_vllm_child(cores: tuple[int, ...] | None) -> None:
+    """In the forked child before exec: SIGTERM when this server dies (close() stops vLLM on a normal
+    exit), and vLLM's cores: its own with --inference-devices cpu:<cores>, else every core this
+    machine gives the server (not a trainer rank's pinning, which the child would inherit)."""
+    die_with_parent(signal.SIGTERM)
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cores or ALL_CORES)
 
 
 def kill_group(process: subprocess.Popen) -> None:

@@ -20,6 +20,7 @@ from .logprobs import Batch, pad_batch, token_logprobs
 from .guard import StepGuard
 from .lora import LoraHost
 from .loss import group_advantages, grpo_token_loss, truncated_is_weights
+from .parallel import DistributedSync, LocalSync, accumulate
 from .sequences import MissingTokens, Sequence, build_sequences, sampled_turns
 
 
@@ -120,42 +121,42 @@ def _chunks(items: list[Any], n: int) -> list[list[Any]]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
-def train_step(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer, prepared: Prepared, config: GRPOConfig,
+def train_step(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer | None, prepared: Prepared, config: GRPOConfig,
                pad_id: int, progress: Callable[[dict[str, Any]], None] | None = None,
-               guard: StepGuard | None = None) -> dict[str, Any]:
+               guard: StepGuard | None = None, sync: LocalSync | DistributedSync | None = None) -> dict[str, Any]:
     """Runs the gradient steps; returns summed metrics (the caller adds rewards and timings). `guard`
-    stops a cancelled step between micro-batches and refuses non-finite updates (see guard.py)."""
+    stops a cancelled step between micro-batches and refuses non-finite updates (see guard.py); `sync`
+    splits the work across trainer ranks (parallel.py; one process by default)."""
     guard = guard or StepGuard()
+    sync = sync or LocalSync()
     params = host.parameters(slot)
-    for group in optimizer.param_groups:
+    for group in optimizer.param_groups if optimizer is not None else []:
         group["lr"] = config.learning_rate
     totals = Counter()
     started = time.perf_counter()
-    # Rows with the same prompt side by side: a micro-batch then shares its prompt (run once, see
-    # logprobs.py) and holds rows of similar length (little padding). The sum is order-free.
-    plan = [[chunk[i:i + config.micro_batch_size] for i in range(0, len(chunk), config.micro_batch_size)]
-            for chunk in (sorted(c, key=lambda it: it.sequence.input_ids) for c in _chunks(prepared.items, config.gradient_steps))]
+    chunks = _chunks(prepared.items, config.gradient_steps)
+    # Renormalise so each gradient step averages over the trajectories it holds (on every rank alike).
+    scales = [1.0 / sum(it.weight * it.sequence.trained_tokens for it in chunk) for chunk in chunks]
+    # This rank's share of each gradient step, with rows of the same prompt side by side: a micro-batch
+    # then shares its prompt (run once, see logprobs.py) and holds rows of similar length (little
+    # padding). The sum is order-free.
+    shares = [sorted(sync.shard(chunk, lambda it: len(it.sequence.input_ids)), key=lambda it: it.sequence.input_ids)
+              for chunk in chunks]
+    plan = [[share[i:i + config.micro_batch_size] for i in range(0, len(share), config.micro_batch_size)] for share in shares]
     behaviour = _trainer_old_logprobs(host, slot, plan, config, pad_id, guard)
     start_stats = Counter()  # the first gradient step, before any update
     for k, micros in enumerate(plan):
-        # Renormalise so each gradient step averages over the trajectories it holds.
-        weight_scale = 1.0 / sum(it.weight * it.sequence.trained_tokens for micro in micros for it in micro)
         stats = Counter()
         for i, micro in enumerate(micros):
             guard.check()
             with host.lock:
                 host.activate(slot)
                 batch = pad_batch([it.sequence for it in micro], pad_id, host.device)
-                micro_stats = _micro_step(host, batch, micro, config, weight_scale, behaviour.get((k, i)))
-            if k == 0:
-                start_stats["sampler_diff_max"] = max(start_stats["sampler_diff_max"], micro_stats["sampler_diff_max"])
-                start_stats["ratio_max"] = max(start_stats["ratio_max"], micro_stats["ratio_max"])
-                start_stats.update({key: micro_stats[key] for key in ("sampler_diff", "ratio", "sampler_weight", "tokens")})
-            del micro_stats["sampler_diff_max"], micro_stats["ratio_max"]
-            stats.update(micro_stats)  # update, not +=: a Counter's += drops negative sums (a loss can be < 0)
-        with host.lock:
-            grad_norm = guard.apply(optimizer, params, config.max_grad_norm, stats["loss"],
-                                    f"gradient step {k + 1} of {len(plan)}")
+                accumulate(stats, _micro_step(host, batch, micro, config, scales[k], behaviour.get((k, i))))
+        grad_norm, stats = sync.step(guard, optimizer, params, config.max_grad_norm, stats,
+                                     f"gradient step {k + 1} of {len(plan)}", host.lock, final=k == len(plan) - 1)
+        if k == 0:
+            start_stats = stats
         # The weights were renormalised per gradient step, so these sums are its weighted means.
         line = {
             "type": "progress", "gradient_step": k + 1, "gradient_steps": len(plan),
@@ -164,9 +165,8 @@ def train_step(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer, prep
             "kl_ref": stats["kl_ref"], "entropy": stats["entropy"] / max(1, stats["tokens"]),
             "lr": config.learning_rate, "tokens": int(stats["tokens"]),
         }
-        totals.update({k2: v for k2, v in line.items() if k2 in ("loss", "clip_fraction", "approx_kl", "kl_ref", "tokens")})
-        totals["grad_norm"] += grad_norm
-        totals["entropy"] += stats["entropy"]
+        accumulate(totals, {k2: v for k2, v in line.items() if k2 in ("loss", "clip_fraction", "approx_kl", "kl_ref", "tokens")})
+        accumulate(totals, {"grad_norm": grad_norm, "entropy": stats["entropy"]})
         if progress:
             progress(line)
     n = len(plan)

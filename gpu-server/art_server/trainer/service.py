@@ -36,6 +36,7 @@ from .grpo import GRPOConfig, nothing_trained_reason, prepare, train_step
 from ..faults import fail_once
 from .guard import Snapshot, StepGuard, restore, take_snapshot
 from .lora import LoraHost
+from .ranks import RankPlan, RankPool
 from .sft import SFTConfig, sft_sequence, train_sft
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,27 @@ class TrainingService:
         self._slots = itertools.count()
         self._register_lock = asyncio.Lock()
         self._steps: dict[asyncio.Task, threading.Event] = {}  # running steps and the event that stops each
+        self.pool: RankPool | None = None  # trainer ranks beyond this process (ranks.py), when configured
+        self.threads: int | None = None  # CPU threads of training in this process (None: every core torch has)
+
+    async def start_ranks(self, plan: RankPlan) -> None:
+        """Brings the trainer ranks together (RankSetupError when they cannot be)."""
+        self.threads = plan.threads(0)
+        if self._host is not None:
+            self._host.threads = self.threads
+        if plan.world > 1:
+            self.pool = RankPool(plan)
+            await asyncio.to_thread(self.pool.start)
+
+    def _distributed(self, model: TrainableModel, kind: str, args: tuple[Any, ...], train: Any) -> Any:
+        """`train(sync)` on every rank when there are several (the workers get `args`), else here alone."""
+        if self.pool is None:
+            return train(None)
+        host = self._host
+        dtype = str(host.model.get_input_embeddings().weight.dtype).removeprefix("torch.")
+        header = {"kind": kind, "slot": model.slot, "lora": host.config(model.slot), "weights": host.weights(model.slot),
+                  "base_path": str(self.manager.base_path), "dtype": dtype, "args": args}
+        return self.pool.run(header, train)
 
     # -- set-up ------------------------------------------------------------------------------
     def host(self, engine: Engine, base_path: Path) -> LoraHost:
@@ -72,6 +94,8 @@ class TrainingService:
                 self._host = LoraHost(runner, engine.scheduler.model_lock)
             else:
                 self._host = LoraHost(TrainerHolder(base_path, self.manager.config.device), threading.RLock())
+            if self.threads:
+                self._host.threads = self.threads
         return self._host
 
     @property
@@ -131,6 +155,8 @@ class TrainingService:
         self.cancel_all()
         if self._steps:
             await asyncio.wait(list(self._steps), timeout=timeout)
+        if self.pool is not None:
+            await asyncio.to_thread(self.pool.close)
 
     def get(self, name: str) -> TrainableModel:
         model = self.models.get(name)
@@ -209,8 +235,10 @@ class TrainingService:
                 yield {"type": "warning", "message": message}
             row = {"step": from_step, "split": "train", "time": time.time(), "kind": "grpo"}
             async for line in self._run_step(model, engine, serve_previous, timings, metrics,
-                                             lambda progress, guard: train_step(self._host, model.slot, model.optimizer, prepared,
-                                                                                config, self.pad_id, progress, guard),
+                                             lambda progress, guard: self._distributed(
+                                                 model, "grpo", (prepared, config, self.pad_id),
+                                                 lambda sync: train_step(self._host, model.slot, model.optimizer, prepared,
+                                                                         config, self.pad_id, progress, guard, sync)),
                                              trainable=bool(prepared.items),
                                              reason=None if prepared.items else nothing_trained_reason(prepared),
                                              details=prepared.skip_details, row=row, trajectories=groups):
@@ -241,8 +269,10 @@ class TrainingService:
             yield {"type": "start", "from_step": from_step, "step": new_step, **metrics}
             row = {"step": from_step, "split": "sft", "time": time.time(), "kind": "sft"}
             async for line in self._run_step(model, engine, False, timings, metrics,
-                                             lambda progress, guard: train_sft(self._host, model.slot, model.optimizer, sequences,
-                                                                               config, self.pad_id, progress, guard),
+                                             lambda progress, guard: self._distributed(
+                                                 model, "sft", (sequences, config, self.pad_id),
+                                                 lambda sync: train_sft(self._host, model.slot, model.optimizer, sequences,
+                                                                        config, self.pad_id, progress, guard, sync)),
                                              trainable=bool(sequences), reason="no conversations were sent", details=[], row=row):
                 yield line
             yield {"type": "result", "step": new_step, "metrics": row}

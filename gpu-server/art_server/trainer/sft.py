@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ import torch
 from ..chat.prompt import prompt_token_ids
 from .logprobs import pad_batch, token_logprobs
 from .guard import StepGuard
+from .parallel import DistributedSync, LocalSync
 from .lora import LoraHost
 from .sequences import Sequence
 
@@ -63,10 +65,11 @@ def lr_at(step: int, total: int, config: SFTConfig) -> float:
     return config.learning_rate * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def train_sft(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer, sequences: list[Sequence], config: SFTConfig,
-              pad_id: int, progress: Callable[[dict[str, Any]], None] | None = None,
-              guard: StepGuard | None = None) -> dict[str, Any]:
+def train_sft(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer | None, sequences: list[Sequence],
+              config: SFTConfig, pad_id: int, progress: Callable[[dict[str, Any]], None] | None = None,
+              guard: StepGuard | None = None, sync: LocalSync | DistributedSync | None = None) -> dict[str, Any]:
     guard = guard or StepGuard()
+    sync = sync or LocalSync()
     params = host.parameters(slot)
     rng = random.Random(config.seed)
     per_epoch = math.ceil(len(sequences) / config.batch_size)
@@ -79,16 +82,16 @@ def train_sft(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer, seque
         order = list(range(len(sequences)))
         rng.shuffle(order)
         for b in range(per_epoch):
-            # Sorted within the batch: micro-batches share prefixes and lengths (see grpo.train_step).
-            batch_seqs = sorted((sequences[i] for i in order[b * config.batch_size:(b + 1) * config.batch_size]),
-                                key=lambda s: s.input_ids)
-            tokens = sum(s.trained_tokens for s in batch_seqs)
+            batch_seqs = [sequences[i] for i in order[b * config.batch_size:(b + 1) * config.batch_size]]
+            tokens = sum(s.trained_tokens for s in batch_seqs)  # the whole batch's, on every rank
+            # This rank's share, sorted: micro-batches share prefixes and lengths (see grpo.train_step).
+            mine = sorted(sync.shard(batch_seqs, lambda s: len(s.input_ids)), key=lambda s: s.input_ids)
             lr = lr_at(step, total, config)
-            for group in optimizer.param_groups:
+            for group in optimizer.param_groups if optimizer is not None else []:
                 group["lr"] = lr
             loss_sum = 0.0
-            for start in range(0, len(batch_seqs), config.micro_batch_size):
-                micro = batch_seqs[start:start + config.micro_batch_size]
+            for start in range(0, len(mine), config.micro_batch_size):
+                micro = mine[start:start + config.micro_batch_size]
                 guard.check()
                 with host.lock:
                     host.activate(slot)
@@ -96,9 +99,10 @@ def train_sft(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer, seque
                     logp, _ = token_logprobs(host.model, batch)
                     loss = -logp.sum() / tokens  # mean over the batch's assistant tokens
                     loss.backward()
-                loss_sum += float(loss)
-            with host.lock:
-                grad_norm = guard.apply(optimizer, params, config.max_grad_norm, loss_sum, f"epoch {epoch + 1}, batch {b + 1}")
+                loss_sum += float(loss.detach())
+            grad_norm, stats = sync.step(guard, optimizer, params, config.max_grad_norm, Counter({"loss": loss_sum}),
+                                         f"epoch {epoch + 1}, batch {b + 1}", host.lock, final=step == total - 1)
+            loss_sum = stats["loss"]
             step += 1
             tokens_total += tokens
             losses.append(loss_sum)

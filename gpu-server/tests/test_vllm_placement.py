@@ -1,0 +1,142 @@
+"""Where vLLM runs (--inference-devices, vLLM's parallel sizes) and training on devices of its own:
+the placement rules, the configuration errors, and on vLLM's CPU build two data-parallel replicas
+that both serve each step's adapter, and vLLM and the trainer pinned to their own cores."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import platform
+import re
+import subprocess
+
+import httpx
+import pytest
+
+from art_server.config import ServerConfig
+from art_server.devices import DeviceError
+from art_server.engine.vllm import VLLMEngine, cpu_venv_python
+from art_server.engine.vllm_placement import parallel_sizes, plan_placement
+from conftest import configuration_error, start_server
+from rl import step
+from test_vllm_real import MODEL, vllm_pid
+
+TWO_CORES = len(os.sched_getaffinity(0)) >= 2
+QUESTION = [{"role": "user", "content": "What is the password?"}]
+TAUGHT = [{"messages": [*QUESTION, {"role": "assistant", "content": "Blue giraffe."}]}] * 4
+
+
+# -- the rules ---------------------------------------------------------------------------------
+
+def test_parallel_sizes_are_read_from_vllm_args_in_both_spellings():
+    assert parallel_sizes("--tensor-parallel-size 2 -dp=3 --enforce-eager") == {"tensor": 2, "pipeline": 1, "data": 3, "given": 2}
+    assert parallel_sizes("") == {"tensor": 1, "pipeline": 1, "data": 1, "given": 0}
+    with pytest.raises(DeviceError, match="--data-parallel-size needs a positive number, not 'x'"):
+        parallel_sizes("--data-parallel-size x")
+
+
+@pytest.mark.skipif(not TWO_CORES, reason="needs two cores")
+def test_cpu_cores_are_split_between_vllms_workers_and_training_elsewhere_is_dedicated():
+    one = plan_placement("cpu:0", "", "cpu:1")
+    assert one.env == {"VLLM_CPU_OMP_THREADS_BIND": "0-0"} and one.cores == (0,) and one.dedicated and one.workers == 1
+    two = plan_placement("cpu:0-1", "--data-parallel-size 2", "")
+    assert two.env == {"VLLM_CPU_OMP_THREADS_BIND": "0-0|1-1"} and not two.dedicated
+    assert not plan_placement("cpu:0-1", "", "cpu:1").dedicated  # they share core 1
+    assert plan_placement("cpu", "", "").env == {}  # not pinned: vLLM's own binding
+    with pytest.raises(DeviceError, match="gives vLLM core\\(s\\) 0 for 2 workers"):
+        plan_placement("cpu:0", "--tensor-parallel-size 2", "")
+
+
+@pytest.mark.skipif(not TWO_CORES, reason="needs two cores")
+def test_vllm_does_not_sleep_for_a_step_that_trains_on_other_devices(tmp_path):
+    base = {"engine": "vllm", "vllm_sleep_mode": "auto"}
+    shared = VLLMEngine(ServerConfig(**base), MODEL, tmp_path, "cuda", None)
+    dedicated = VLLMEngine(ServerConfig(**base, inference_devices="cpu:0", train_devices="cpu:1"), MODEL, tmp_path, "cuda", None)
+    assert shared.sleeps_for_training and not dedicated.sleeps_for_training
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--engine", "hf", "--inference-devices", "cpu:0"], "--inference-devices places vLLM"),
+    (["--engine", "vllm", "--inference-devices", "cuda:0"], "--inference-devices: cuda:0 does not exist (this machine has 0 CUDA"),
+    (["--engine", "vllm", "--inference-devices", "cpu:0-999"], "names core(s)"),
+    (["--engine", "vllm", "--inference-devices", "gpu0"], "'gpu0' is not a device"),
+    (["--engine", "vllm", "--inference-devices", "cpu:0", "--vllm-args=--tensor-parallel-size 2"], "for 2 workers"),
+    (["--engine", "auto", "--inference-devices", "cpu:0"], "--engine auto is hf there"),
+    (["--train-ranks", "2", "--train-devices", "cpu:0,cpu:0"], "share cores"),
+    (["--train-ranks", "2", "--train-devices", "cpu:0,cpu"], "pin every CPU rank"),
+])
+def test_impossible_placements_are_one_line_errors(tmp_path, args, says):
+    line = configuration_error(tmp_path / "data", "--base-model", "builtin:tiny", *args)
+    assert says in line, line
+
+
+# -- on vLLM's CPU build -----------------------------------------------------------------------
+
+real_vllm = pytest.mark.skipif(platform.system() != "Linux" or platform.machine() != "x86_64" or cpu_venv_python() is None
+                               or not TWO_CORES, reason="vLLM's CPU build on Linux x86-64, two cores")
+
+
+def answers(client: httpx.Client, model: str, n: int) -> list[str]:
+    def ask(_: int) -> str:
+        r = client.post("/v1/chat/completions", json={"model": model, "messages": QUESTION, "max_tokens": 6, "temperature": 0})
+        assert r.status_code == 200, r.text
+        return r.json()["choices"][0]["message"]["content"]
+
+    with concurrent.futures.ThreadPoolExecutor(n) as pool:
+        return list(pool.map(ask, range(n)))
+
+
+def requests_per_engine(client: httpx.Client) -> dict[str, float]:
+    """vLLM's own count of finished requests per data-parallel engine (its Prometheus metrics)."""
+    url = client.get("/v1/engine/stats").json()["url"]
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        m = re.match(r'vllm:request_success_total\{(.*)\} ([0-9.e+]+)$', line)
+        if m:
+            engine = re.search(r'engine="(\d+)"', m.group(1))
+            key = engine.group(1) if engine else "?"
+            counts[key] = counts.get(key, 0.0) + float(m.group(2))
+    return counts
+
+
+@real_vllm
+def test_two_data_parallel_replicas_both_serve_each_steps_adapter(tmp_path):
+    srv = start_server(tmp_path / "data", "--engine", "vllm", "--base-model", MODEL, "--vllm-args=--data-parallel-size 2",
+                       timeout=600)
+    try:
+        with srv.client(timeout=600) as c:
+            assert c.post("/v1/art/models/register", json={"name": "dp", "project": "p", "base_model": MODEL}).status_code == 200
+            before = requests_per_engine(c)
+            assert "Blue giraffe." not in answers(c, "dp", 4)
+            step(c, "dp", TAUGHT, path="train_sft", learning_rate=3e-3, epochs=8, batch_size=4)
+            said = answers(c, "dp", 16)
+            after = requests_per_engine(c)
+        print(f"requests per engine before {before}, after {after}; answers {set(said)}")
+        assert said == ["Blue giraffe."] * 16  # step 1's adapter, whichever replica answered
+        assert sorted(after) == ["0", "1"] and all(after[e] - before.get(e, 0) >= 1 for e in after), after
+        log = (tmp_path / "data" / "logs" / "vllm.log").read_text()
+        assert "'data_parallel_size': 2" in log
+    finally:
+        srv.stop()
+
+
+@real_vllm
+def test_vllm_and_the_trainer_each_on_their_own_core(tmp_path):
+    srv = start_server(tmp_path / "data", "--engine", "vllm", "--base-model", MODEL, "--inference-devices", "cpu:0",
+                       "--train-devices", "cpu:1", timeout=600)
+    try:
+        with srv.client(timeout=600) as c:
+            vllm = vllm_pid(c)
+            tree = [vllm, *map(int, subprocess.run(["pgrep", "-g", str(os.getpgid(vllm))], capture_output=True,
+                                                   text=True).stdout.split())]
+            assert {frozenset(os.sched_getaffinity(p)) for p in tree} == {frozenset({0})}, tree
+            assert os.sched_getaffinity(srv.process.pid) == {1}
+            assert c.post("/v1/art/models/register", json={"name": "own", "project": "p", "base_model": MODEL}).status_code == 200
+            step(c, "own", TAUGHT, path="train_sft", learning_rate=3e-3, epochs=8, batch_size=4)
+            assert answers(c, "own", 2) == ["Blue giraffe."] * 2
+        log = (tmp_path / "data" / "logs" / "vllm.log").read_text()
+        assert "VLLM_CPU_OMP_THREADS_BIND='0-0'" in log and "core ids=[0]" in log
+        assert any("training in this process is pinned to core(s) 1" in line for line in srv.stderr_lines)
+    finally:
+        srv.stop()
