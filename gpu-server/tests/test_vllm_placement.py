@@ -18,7 +18,7 @@ from art_server.devices import DeviceError
 from art_server.engine.vllm import VLLMEngine, cpu_venv_python
 from art_server.engine.vllm_placement import parallel_sizes, plan_placement
 from conftest import configuration_error, start_server
-from rl import step
+from rl import choice_item, sample, step
 from test_vllm_real import MODEL, vllm_pid
 
 TWO_CORES = len(os.sched_getaffinity(0)) >= 2
@@ -140,3 +140,34 @@ def test_vllm_and_the_trainer_each_on_their_own_core(tmp_path):
         assert any("training in this process is pinned to core(s) 1" in line for line in srv.stderr_lines)
     finally:
         srv.stop()
+
+
+@real_vllm
+def test_tensor_parallel_2_serves_each_step_as_the_trainer_scores_it(tmp_path):
+    """vLLM's CPU build with 2 tensor-parallel workers, one per core (it cannot bind 2 workers to the
+    one NUMA node of this machine by itself: --inference-devices binds them). builtin:small has 8
+    heads (SmolLM2's 9 do not split in 2), fp32. Step 2's first gradient step compares the trainer's
+    logprobs under step 1's adapter with what the 2 workers sampled under it: equal to ~1e-5, while
+    step 1 moved the logprobs far more, so both shards of the adapter were loaded."""
+    srv = start_server(tmp_path / "data", "--engine", "vllm", "--base-model", "builtin:small", "--dtype", "float32",
+                       "--inference-devices", "cpu:0-1", "--vllm-args=--tensor-parallel-size 2", timeout=600)
+    try:
+        with srv.client(timeout=600) as c:
+            assert c.post("/v1/art/models/register", json={"name": "tp", "project": "p",
+                                                           "base_model": "builtin:small"}).status_code == 200
+            metrics = []
+            for s in range(2):
+                r = sample(c, "tp", QUESTION, 8, 8, seed=s)
+                group = [{"messages_and_choices": [*QUESTION, choice_item(r, ch)], "reward": float(i % 3)}
+                         for i, ch in enumerate(r["choices"])]
+                metrics.append(step(c, "tp", [group], learning_rate=5e-2)[-1]["metrics"])
+            greedy = [sample(c, f"tp@{s}", QUESTION, 1, 4, temperature=0)["choices"][0] for s in (0, 1)]
+        moved = abs(greedy[0]["logprobs"]["content"][0]["logprob"] - greedy[1]["logprobs"]["content"][0]["logprob"])
+        log = (tmp_path / "data" / "logs" / "vllm.log").read_text()
+    finally:
+        srv.stop()
+    print(f"tensor parallel 2: step 1 sampler diff max {metrics[0]['sampler_logprob_diff_max']:.2e}, step 2 (on step 1's "
+          f"adapter) {metrics[1]['sampler_logprob_diff_max']:.2e}; step 1 moved the greedy first token's logprob by {moved:.2e}")
+    assert "'tensor_parallel_size': 2" in log and "local_rank=1, core ids=[1]" in log
+    assert metrics[0]["sampler_logprob_diff_max"] < 1e-3 and metrics[1]["sampler_logprob_diff_max"] < 1e-3
+    assert moved > 100 * metrics[1]["sampler_logprob_diff_max"]
