@@ -55,7 +55,7 @@ const STAGES = {
   pytest: [{
     name: "gpu-server pytest",
     cmd: VENV_PYTHON,
-    args: ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE"],
+    args: ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", "--durations=15"],
     cwd: path.join(ROOT, "gpu-server"),
     counts: pytestCounts,
     env: venvEnv(),
@@ -63,7 +63,7 @@ const STAGES = {
   notebooks: [{
     name: "notebooks (nbclient, ART_SMOKE=1)",
     cmd: VENV_PYTHON,
-    args: ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", "tests/notebooks"],
+    args: ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", "--durations=10", "tests/notebooks"],
     counts: pytestCounts,
     env: venvEnv({ ART_SMOKE: "1" }),
   }],

@@ -156,6 +156,9 @@ def test_a_rank_that_dies_fails_the_step_rolls_back_and_the_next_step_restarts_i
             assert lines[-1]["step"] == 1
             assert workers_of(srv) and workers_of(srv) != first_worker
             assert any("restarting the trainer ranks" in line for line in srv.stderr_lines)
+            ranks = c.get("/v1/engine/stats").json()["trainer_ranks"]
+            assert ranks["world"] == 2 and ranks["restarts"] == 1 and ranks["broken"] is None, ranks
+            assert [w["alive"] for w in ranks["workers"].values()] == [True] and ranks["devices"] == ["cpu", "cpu"], ranks
     finally:
         srv.stop()
 

@@ -48,7 +48,8 @@ async def list_models(request: Request) -> ModelList:
 @router.get("/v1/engine/stats", summary="Engine load: pending and running sequences, tokens generated")
 async def engine_stats(request: Request) -> dict[str, Any]:
     manager = manager_of(request)
-    return {**(manager.engine.stats() if manager.engine else {"engine": None}), "training_slots": manager.training.slots()}
+    return {**(manager.engine.stats() if manager.engine else {"engine": None}), "training_slots": manager.training.slots(),
+            "trainer_ranks": manager.training.ranks()}
 
 
 async def _resolve(manager: ModelManager, model: str) -> str | None:

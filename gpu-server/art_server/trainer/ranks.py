@@ -283,6 +283,14 @@ class RankPool:
             if idle:
                 self._lock.release()
 
+    def describe(self) -> dict[str, Any]:
+        plan = self.plan
+        return {"world": plan.world, "local": plan.local, "backend": plan.backend, "devices": [d.text for d in plan.devices],
+                "threads": [plan.threads(r) for r in range(plan.local)], "generation": self.generation,
+                "restarts": self.generation - 1, "steps_this_generation": self.steps, "broken": self.broken,
+                "workers": {r: {"pid": p.pid, "alive": p.poll() is None} for r, p in sorted(self.workers.items())},
+                "rendezvous": f"{plan.master_addr}:{plan.master_port}"}
+
     # -- a step --------------------------------------------------------------------------------
     def lost(self) -> str:
         """What became of the local workers, for the error of a step that lost a rank."""

@@ -76,6 +76,12 @@ class TrainingService:
             self.pool = RankPool(plan)
             await asyncio.to_thread(self.pool.start)
 
+    def ranks(self) -> dict[str, Any]:
+        """The trainer ranks as /v1/engine/stats shows them."""
+        if self.pool is None:
+            return {"world": 1, "threads": self.threads}
+        return self.pool.describe()
+
     def _distributed(self, model: TrainableModel, kind: str, args: tuple[Any, ...], train: Any) -> Any:
         """`train(sync)` on every rank when there are several (the workers get `args`), else here alone."""
         if self.pool is None:
