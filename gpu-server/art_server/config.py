@@ -69,6 +69,7 @@ class ServerConfig:
     train_rendezvous_timeout_s: float = 60.0
     train_rank_timeout_s: float = 300.0
     train_threads_per_rank: int = 0  # CPU threads per rank (0: this machine's cores shared evenly)
+    train_shard_base: bool = False  # FSDP2: each rank holds 1/N of the frozen base model (trainer/sharding.py)
 
     @property
     def loopback(self) -> bool:
@@ -166,6 +167,10 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     p.add_argument("--train-threads-per-rank", type=int,
                    default=int(_env("TRAIN_THREADS_PER_RANK", str(d.train_threads_per_rank))),
                    help="CPU threads of each rank (0: this machine's cores shared evenly between its ranks)")
+    p.add_argument("--train-shard-base", action="store_true", default=_env("TRAIN_SHARD_BASE", "") in ("1", "true"),
+                   help="shard the frozen base model across the trainer ranks (FSDP2): each holds 1/N of it, for a model "
+                        "that does not fit one device; the trainer then keeps its own copy apart from serving "
+                        "(ART_TRAIN_SHARD_BASE=1)")
     p.add_argument("--docs", action="store_true", default=_env("DOCS", "") in ("1", "true"),
                    help="serve the API's documentation at /docs and /openapi.json (ART_DOCS=1; off by default)")
     a = p.parse_args(argv)
@@ -190,5 +195,5 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         inference_devices=a.inference_devices, train_ranks=a.train_ranks, train_local_ranks=a.train_local_ranks, train_devices=a.train_devices,
         train_master_addr=a.train_master_addr, train_master_port=a.train_master_port,
         train_rendezvous_timeout_s=a.train_rendezvous_timeout, train_rank_timeout_s=a.train_rank_timeout,
-        train_threads_per_rank=a.train_threads_per_rank,
+        train_threads_per_rank=a.train_threads_per_rank, train_shard_base=a.train_shard_base,
     )

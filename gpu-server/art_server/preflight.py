@@ -40,7 +40,7 @@ def check_config(config: ServerConfig) -> None:
         if not torch.cuda.is_available():
             raise ConfigError(f"--device cuda: torch {torch.__version__} sees no CUDA device on this machine; "
                               "use --device auto (or cpu)")
-    if config.train_ranks != 1 or config.train_local_ranks or config.train_devices:
+    if config.train_ranks != 1 or config.train_local_ranks or config.train_devices or config.train_shard_base:
         from .trainer.ranks import RankSetupError, rank_plan
 
         try:

@@ -295,3 +295,69 @@ def test_two_nodes_over_loopback_train_like_one_process(server, tmp_path, tiny_p
 @pytest.mark.parametrize("seed", [0, 1])
 def test_single_turn_reward_rises_on_two_ranks(two_ranks, seed):
     single_turn_rises(two_ranks, f"learn-{seed}", seed, "2 ranks, single-turn")
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory, tiny_path):
+    srv = ranks_server(tmp_path_factory.mktemp("sharded-data"), "--train-shard-base")
+    yield srv
+    srv.stop()
+
+
+def test_a_sharded_base_holds_half_its_layers_per_rank_and_trains_like_one_process(server, sharded, one_more):
+    """--train-shard-base (FSDP2): rank 0 holds half of the decoder layers' elements, and GRPO and SFT
+    steps train like one process. The batches are uneven on purpose (3 trajectories, micro-batches
+    of 1; 7 conversations, micro-batches of 3): the rank with fewer micro-batches runs passes that
+    train nothing, so the ranks' all-gathers stay in step (out of step they would time out). Loss and
+    gradient norm are the single process's to 1e-6; the adapter is as close to it as one process is
+    to itself with its sums in another order (Adam magnifies float rounding in gradients near 1e-8)."""
+    with server.client() as one, sharded.client() as two, one_more.client() as other:
+        groups = [groups_from(one, "dp-sampler")[0][:3]]
+        before, after_one, after_two, results = trained_on_both(one, two, "shard-grpo", "train", groups,
+                                                                learning_rate=LR, micro_batch_size=1)
+        _, sft_one, sft_two, sft = trained_on_both(one, two, "shard-sft", "train_sft", CONVERSATIONS, learning_rate=LR,
+                                                    epochs=1, batch_size=7, micro_batch_size=3)
+        register(other, "shard-grpo")
+        step(other, "shard-grpo", groups, learning_rate=LR, micro_batch_size=3)
+        reordered = adapter(other, "shard-grpo", 1)
+        ranks = two.get("/v1/engine/stats").json()["trainer_ranks"]
+    grpo, floor = max_diff(after_one, after_two), max_diff(after_one, reordered)
+    print(f"sharded base: rank 0 holds {ranks['sharded_elements_here']} of {ranks['sharded_elements']} decoder-layer "
+          f"elements ({ranks['base_elements']} in the whole base); GRPO moved {max_diff(before, after_one):.2e}, 1 process vs "
+          f"sharded {grpo:.2e} (1 process reordered {floor:.2e}); SFT {max_diff(sft_one, sft_two):.2e}")
+    assert ranks["shard_base"] and ranks["sharded_elements_here"] == pytest.approx(ranks["sharded_elements"] / 2, rel=0.01)
+    assert max_diff(before, after_one) > 5e-4 and grpo <= 4 * floor + 1e-7 and max_diff(sft_one, sft_two) < 1e-6
+    for key in ("loss", "grad_norm", "tokens_trained", "sampler_logprob_diff_max"):
+        assert results[1][key] == pytest.approx(results[0][key], rel=1e-6, abs=1e-9), key
+    assert sft[1]["loss"] == pytest.approx(sft[0]["loss"], rel=1e-6)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--train-shard-base"], "--train-shard-base shards the base model across trainer ranks: set --train-ranks 2"),
+])
+def test_sharding_without_ranks_is_a_one_line_error(tmp_path, args, says):
+    assert says in configuration_error(tmp_path / "data", "--base-model", "builtin:tiny", *args)
+
+
+def test_a_sharded_base_that_loses_a_rank_rolls_back_and_says_to_restart_while_serving_goes_on(tmp_path, tiny_path):
+    """With the base sharded, a rank cannot leave a pass to report an error (the others wait for its
+    shard of the weights): it leaves the group, the step rolls back, and since this process's sharded
+    model belongs to the lost group, later steps say to restart the server; serving is unaffected."""
+    srv = ranks_server(tmp_path / "data", "--train-shard-base", env={"ART_FAULT": "rank1_step_error"})
+    try:
+        with srv.client() as c:
+            register(c, "lost")
+            groups = groups_from(c, "lost")
+            started = time.monotonic()
+            first = failed_step(c, "lost", groups)
+            took = time.monotonic() - started
+            second = failed_step(c, "lost", groups)
+            chat = c.post("/v1/chat/completions", json={"model": "lost", "messages": [{"role": "user", "content": "hi"}],
+                                                        "max_tokens": 2})
+            steps = [k["step"] for k in c.get("/v1/art/models/lost/checkpoints").json()["checkpoints"]]
+        print(f"sharded base, rank 1 fails: 503 after {took:.2f} s: {first['error']['message']}")
+        assert first["error"]["code"] == "rank_failed" and "rank 1" in first["error"]["message"] and took < 60, first
+        assert second["error"]["code"] == "rank_failed" and "restart the server" in second["error"]["message"], second
+        assert chat.status_code == 200 and steps == [0] and srv.process.poll() is None
+    finally:
+        srv.stop()

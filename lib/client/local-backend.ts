@@ -40,6 +40,11 @@ export interface LocalBackendOptions {
   trainRanks?: number;
   /** One device per trainer rank, e.g. `["cuda:0", "cuda:1"]` (default: `cuda:0..` with CUDA, else `cpu`). */
   trainDevices?: string[];
+  /**
+   * Shard the frozen base model's decoder layers across the trainer ranks (FSDP2; needs `trainRanks`
+   * of 2 or more): each holds 1/N of them, for a base model that does not fit one device.
+   */
+  trainShardBase?: boolean;
   /** Extra server flags, e.g. `["--max-batch-size", "64"]`. */
   args?: string[];
   /** How long to wait for the server to be ready (default 120 s). */
@@ -65,6 +70,7 @@ const LocalBackendOptionsSchema = z.object({
   device: z.enum(["auto", "cpu", "cuda"]).optional(),
   trainRanks: z.number().int().min(1).max(1024).optional(),
   trainDevices: z.array(nonEmpty).min(1).optional(),
+  trainShardBase: z.boolean().optional(),
   args: z.array(z.string()).optional(),
   startupTimeoutMs: z.number().int().min(1000).max(3_600_000).optional(),
   projectRoot: nonEmpty.optional(),
@@ -140,6 +146,7 @@ export class LocalBackend extends RemoteBackend {
       "--parent-pid", String(process.pid),
       ...(options.trainRanks !== undefined ? ["--train-ranks", String(options.trainRanks)] : []),
       ...(options.trainDevices !== undefined ? ["--train-devices", options.trainDevices.join(",")] : []),
+      ...(options.trainShardBase ? ["--train-shard-base"] : []),
       ...(options.args ?? [])];
     const { execa } = await import("execa");
     const child = execa(server.command, args, {

@@ -20,7 +20,7 @@ from .logprobs import Batch, pad_batch, token_logprobs
 from .guard import StepGuard
 from .lora import LoraHost
 from .loss import group_advantages, grpo_token_loss, truncated_is_weights
-from .parallel import DistributedSync, LocalSync, accumulate
+from .parallel import DistributedSync, LocalSync, accumulate, padded
 from .sequences import MissingTokens, Sequence, build_sequences, sampled_turns
 
 
@@ -143,16 +143,26 @@ def train_step(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer | Non
     shares = [sorted(sync.shard(chunk, lambda it: len(it.sequence.input_ids)), key=lambda it: it.sequence.input_ids)
               for chunk in chunks]
     plan = [[share[i:i + config.micro_batch_size] for i in range(0, len(share), config.micro_batch_size)] for share in shares]
-    behaviour = _trainer_old_logprobs(host, slot, plan, config, pad_id, guard)
+    real = [len(micros) for micros in plan]  # the rest, if any, are passes that train nothing, for lockstep ranks
+    if sync.lockstep:
+        plan = [padded(micros, sync.most_micro_batches(chunk, lambda it: len(it.sequence.input_ids), config.micro_batch_size),
+                       TrainItem(chunk[0].sequence, 0.0, 0.0)) for micros, chunk in zip(plan, chunks)]
+    # A cancelled step stops between micro-batches; with a sharded base, only where the ranks meet
+    # (a rank leaving mid-pass would leave the others waiting for its shard of the weights).
+    check = guard.check if not sync.lockstep else (lambda: None)
+    behaviour = _trainer_old_logprobs(host, slot, plan, config, pad_id, check)
     start_stats = Counter()  # the first gradient step, before any update
     for k, micros in enumerate(plan):
         stats = Counter()
         for i, micro in enumerate(micros):
-            guard.check()
+            check()
             with host.lock:
                 host.activate(slot)
                 batch = pad_batch([it.sequence for it in micro], pad_id, host.device)
-                accumulate(stats, _micro_step(host, batch, micro, config, scales[k], behaviour.get((k, i))))
+                micro_stats = _micro_step(host, batch, micro, config, scales[k], behaviour.get((k, i)))
+            if i < real[k]:
+                accumulate(stats, micro_stats)
+        guard.check()
         grad_norm, stats = sync.step(guard, optimizer, params, config.max_grad_norm, stats,
                                      f"gradient step {k + 1} of {len(plan)}", host.lock, final=k == len(plan) - 1)
         if k == 0:
@@ -185,7 +195,7 @@ def train_step(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer | Non
 
 
 def _trainer_old_logprobs(host: LoraHost, slot: str, plan: list[list[list[TrainItem]]], config: GRPOConfig,
-                          pad_id: int, guard: StepGuard) -> dict[tuple[int, int], torch.Tensor]:
+                          pad_id: int, check: Callable[[], None]) -> dict[tuple[int, int], torch.Tensor]:
     """With the sampler correction on, the trainer's own logprobs of every micro-batch before the
     step's first update, for the gradient steps after the first (the first computes them in its own
     forward pass: nothing has changed yet). Keyed by (gradient step, micro-batch)."""
@@ -194,7 +204,7 @@ def _trainer_old_logprobs(host: LoraHost, slot: str, plan: list[list[list[TrainI
         return out
     for k, micros in enumerate(plan[1:], start=1):
         for i, micro in enumerate(micros):
-            guard.check()
+            check()
             with host.lock, torch.no_grad():
                 host.activate(slot)
                 batch = pad_batch([it.sequence for it in micro], pad_id, host.device)

@@ -21,6 +21,7 @@ single-process gradient up to float summation order.
 from __future__ import annotations
 
 import heapq
+import math
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -43,6 +44,13 @@ class RankFailed(StepAborted):
 class RankLost(RankFailed):
     """A collective failed: a peer closed its connection (it died) or did not answer in time. The
     process group cannot be used again."""
+
+
+def short(error: BaseException) -> str:
+    """An error's first sentence, without gloo's "[.../pair.cc:553] " prefix and advice."""
+    first = (str(error).splitlines() or [""])[0]
+    first = re.sub(r"\[[^\]]*\.(cc|cpp|h):\d+\] ", "", first).split(". This is typically")[0]
+    return first or type(error).__name__
 
 
 def shard_by_tokens(items: Sequence[T], ranks: int, rank: int, tokens: Callable[[T], int]) -> list[T]:
@@ -75,13 +83,23 @@ def merge(parts: list[dict[str, float]]) -> Counter:
     return total
 
 
+def padded(micros: list[list[T]], most: int, filler: T) -> list[list[T]]:
+    """`micros` made `most` long with one-item micro-batches of `filler`, which the loops run with
+    zero weight: with a sharded base (sharding.py) every rank must run as many passes as the busiest."""
+    return micros + [[filler]] * (most - len(micros))
+
+
 class LocalSync:
     """One process: no sharding, and the optimizer step is the guard's."""
 
     rank, world = 0, 1
+    lockstep = False
 
     def shard(self, items: Sequence[T], tokens: Callable[[T], int]) -> list[T]:
         return list(items)
+
+    def most_micro_batches(self, items: Sequence[T], tokens: Callable[[T], int], size: int) -> int:
+        return math.ceil(len(items) / size)
 
     def step(self, guard: StepGuard, optimizer: Any, params: list[torch.nn.Parameter], max_grad_norm: float,
              stats: Counter, where: str, lock: Any, final: bool) -> tuple[float, Counter]:
@@ -111,15 +129,20 @@ class DistributedSync:
     `settled` is False while the other ranks may still be heading for the next meeting: a rank that
     fails between meetings calls `abandon()`, which attends it with a failure so nobody waits."""
 
-    def __init__(self, rank: int, world: int, device: torch.device):
+    def __init__(self, rank: int, world: int, device: torch.device, lockstep: bool = False):
         import torch.distributed as dist
 
         self.dist = dist
         self.rank, self.world, self.device = rank, world, device
+        self.lockstep = lockstep  # the base model is sharded: every rank runs as many passes (sharding.py)
         self.settled = False
 
     def shard(self, items: Sequence[T], tokens: Callable[[T], int]) -> list[T]:
         return shard_by_tokens(items, self.world, self.rank, tokens)
+
+    def most_micro_batches(self, items: Sequence[T], tokens: Callable[[T], int], size: int) -> int:
+        """The most micro-batches any rank has for `items` (each rank computes every rank's shard)."""
+        return max(math.ceil(len(shard_by_tokens(items, self.world, r, tokens)) / size) for r in range(self.world))
 
     def comm(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """A collective; its failure (gloo or NCCL raise RuntimeError) becomes RankLost."""
@@ -127,8 +150,7 @@ class DistributedSync:
             return fn(*args, **kwargs)
         except RuntimeError as error:
             self.settled = True
-            first = (str(error).splitlines() or [type(error).__name__])[0]
-            raise RankLost(re.sub(r"^\[[^\]]*\] ", "", first)) from None  # without gloo's "[.../file.cc:129] "
+            raise RankLost(short(error)) from None
 
     def _meet(self, status: dict[str, Any]) -> list[dict[str, Any]] | None:
         """Steps 1-2: statuses to rank 0, its decision back. Raises RankFailed when any rank failed."""
@@ -181,9 +203,12 @@ class DistributedSync:
     def abandon(self, error: BaseException) -> None:
         """This rank failed between meetings: attend the next one with the failure, so every rank
         learns it there and stops (a no-op when the protocol is already settled). Raises RankLost
-        when the meeting itself fails."""
+        when the meeting itself fails, and with a sharded base, where a rank cannot leave a pass:
+        there the step is lost for every rank (ranks.py)."""
         if self.settled:
             return
+        if self.lockstep:  # the others may be inside a pass, waiting for weights, not at the meeting
+            raise RankLost(f"{type(error).__name__}: {short(error)}")
         try:
             self._meet({"ok": False, "error": f"{type(error).__name__}: {error}"})
         except RankLost:

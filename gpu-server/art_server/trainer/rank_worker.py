@@ -30,6 +30,7 @@ from .lora import LoraHost
 from .parallel import DistributedSync, RankFailed, RankLost
 from .ranks import IDLE_WAIT
 from .sft import train_sft
+from .sharding import shard_base
 
 CHECK_EVERY = datetime.timedelta(seconds=5)  # how often an idle rank checks that rank 0 still wants it
 
@@ -42,17 +43,19 @@ class Holder:
     def __init__(self, device: torch.device):
         self.device = device
         self.model: Any = None
-        self.source: tuple[str, str] | None = None
+        self.source: tuple[str, str, bool] | None = None
 
-    def load(self, path: str, dtype: str) -> None:
+    def load(self, path: str, dtype: str, shard: bool) -> None:
         from transformers import AutoModelForCausalLM
 
-        if self.source == (path, dtype):
+        if self.source == (path, dtype, shard):
             return
         started = datetime.datetime.now()
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), local_files_only=True).to(self.device)
         self.model.eval()
-        self.source = (path, dtype)
+        if shard:
+            shard_base(self.model)
+        self.source = (path, dtype, shard)
         log.info("loaded %s (%s) in %.1f s", path, dtype, (datetime.datetime.now() - started).total_seconds())
 
 
@@ -97,7 +100,7 @@ def next_word(store: Any, key: str, prefix: str) -> str | None:
 
 
 def run_step(header: dict[str, Any], holder: Holder, host: LoraHost, sync: DistributedSync, model_override: str | None) -> None:
-    holder.load(model_override or header["base_path"], header["dtype"])
+    holder.load(model_override or header["base_path"], header["dtype"], header["shard_base"])
     slot = header["slot"]
     if host.has_slot(slot) and host.config(slot).to_dict() != header["lora"].to_dict():
         host.delete_slot(slot)
@@ -165,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
             break
         if word == "stop":
             break
-        sync = DistributedSync(rank, world, device)
+        sync = DistributedSync(rank, world, device, lockstep=verdict.get("shard_base", False))
         try:
             header: list[Any] = [None]
             sync.comm(dist.broadcast_object_list, header, src=0)
@@ -184,8 +187,8 @@ def main(argv: list[str] | None = None) -> None:
             log.exception("step %d failed on this rank", step)
             try:
                 sync.abandon(error)
-            except RankLost:
-                sys.exit(1)
+            except RankLost:  # the group is lost (or, with a sharded base, cannot be told): leave it
+                os._exit(1)
     dist.destroy_process_group()
 
 

@@ -36,6 +36,7 @@ import torch
 
 from .. import __version__
 from ..devices import Device, DeviceError, format_cores, parse_devices, usable_cores
+from .guard import StepCancelled
 from .parallel import DistributedSync, RankFailed, RankLost
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class RankPlan:
     rendezvous_timeout_s: float
     rank_timeout_s: float
     threads_override: int  # --train-threads-per-rank (0: by the rank's cores)
+    shard_base: bool = False  # --train-shard-base (sharding.py)
 
     @property
     def backend(self) -> str:
@@ -107,8 +109,10 @@ def rank_plan(config: Any) -> RankPlan | None:
     """The ranks a ServerConfig asks for (None: one process on the default device, the default);
     RankSetupError names the flag that cannot work."""
     world = config.train_ranks
-    if world == 1 and not config.train_local_ranks and not config.train_devices:
+    if world == 1 and not config.train_local_ranks and not config.train_devices and not config.train_shard_base:
         return None
+    if config.train_shard_base and world < 2:
+        raise RankSetupError("--train-shard-base shards the base model across trainer ranks: set --train-ranks 2 or more")
     if world < 1:
         raise RankSetupError(f"--train-ranks {world}: give 1 or more")
     local = config.train_local_ranks or world
@@ -124,7 +128,8 @@ def rank_plan(config: Any) -> RankPlan | None:
     except DeviceError as error:
         raise RankSetupError(str(error)) from None
     return RankPlan(world, local, devices, config.train_master_addr, config.train_master_port,
-                    config.train_rendezvous_timeout_s, config.train_rank_timeout_s, config.train_threads_per_rank)
+                    config.train_rendezvous_timeout_s, config.train_rank_timeout_s, config.train_threads_per_rank,
+                    config.train_shard_base)
 
 
 def pin_rank_zero(plan: RankPlan) -> None:
@@ -154,6 +159,7 @@ class RankPool:
         self.steps = 0
         self.workers: dict[int, subprocess.Popen] = {}
         self.broken: str | None = None  # why the process group cannot be used (restart before the next step)
+        self.fatal: str | None = None  # why no step can train until the server restarts (a sharded base lost a rank)
         self.closed = False
         self._lock = threading.Lock()
         self.device = torch.device(plan.devices[0].torch_device)
@@ -190,7 +196,8 @@ class RankPool:
             self.store.set(prefix + "verdict", json.dumps({"ok": False, "reason": reason}))
             raise RankSetupError(f"trainer ranks of different versions: rank 0 runs art-server {__version__} with torch "
                                  f"{torch.__version__}, {reason}; install the same version on every machine")
-        self.store.set(prefix + "verdict", json.dumps({"ok": True, "backend": plan.backend, "rank_timeout_s": plan.rank_timeout_s}))
+        self.store.set(prefix + "verdict", json.dumps({"ok": True, "backend": plan.backend, "rank_timeout_s": plan.rank_timeout_s,
+                                                       "shard_base": plan.shard_base}))
         if plan.backend == "nccl":
             torch.cuda.set_device(self.device)
         dist.init_process_group(plan.backend, store=dist.PrefixStore(prefix + "pg/", self.store), rank=0,
@@ -287,9 +294,9 @@ class RankPool:
         plan = self.plan
         return {"world": plan.world, "local": plan.local, "backend": plan.backend, "devices": [d.text for d in plan.devices],
                 "threads": [plan.threads(r) for r in range(plan.local)], "generation": self.generation,
-                "restarts": self.generation - 1, "steps_this_generation": self.steps, "broken": self.broken,
+                "restarts": self.generation - 1, "steps_this_generation": self.steps, "broken": self.broken, "fatal": self.fatal,
                 "workers": {r: {"pid": p.pid, "alive": p.poll() is None} for r, p in sorted(self.workers.items())},
-                "rendezvous": f"{plan.master_addr}:{plan.master_port}"}
+                "rendezvous": f"{plan.master_addr}:{plan.master_port}", "shard_base": plan.shard_base}
 
     # -- a step --------------------------------------------------------------------------------
     def lost(self) -> str:
@@ -310,6 +317,8 @@ class RankPool:
         with self._lock:
             if self.closed:
                 raise RankFailed("the trainer ranks are stopped (the server is stopping)")
+            if self.fatal:
+                raise RankFailed(self.fatal)
             dead = self.lost()
             if dead and self.broken is None:
                 self.broken = dead
@@ -319,7 +328,7 @@ class RankPool:
                 except RankSetupError as error:
                     raise RankFailed(f"the trainer ranks could not be restarted: {error}") from None
             self.steps += 1
-            sync = DistributedSync(0, self.plan.world, self.device)
+            sync = DistributedSync(0, self.plan.world, self.device, lockstep=self.plan.shard_base)
             try:
                 self.store.set(f"g{self.generation}/step/{self.steps}", "go")
                 sync.comm(dist.broadcast_object_list, [header], src=0)
@@ -328,17 +337,33 @@ class RankPool:
                 raise self._lost(error) from None
             except RankFailed:
                 raise
-            except BaseException as error:
+            except StepCancelled as error:  # raised where the ranks meet, so they can be told there
                 try:
                     sync.abandon(error)
                 except RankLost as lost:
                     raise self._lost(lost) from None
                 raise
+            except BaseException as error:
+                try:
+                    sync.abandon(error)
+                except RankLost as lost:  # with a sharded base: the others wait inside a pass
+                    raise self._lost(lost, here=True) from None
+                raise
 
-    def _lost(self, error: BaseException) -> RankFailed:
+    def _lost(self, error: BaseException, here: bool = False) -> RankFailed:
+        """`here`: the failure was this rank's own (rank 0), in a pass the others could not leave."""
         time.sleep(0.2)  # let a killed worker's exit status arrive
-        what = self.lost() or f"a rank stopped answering ({error}; --train-rank-timeout is {self.plan.rank_timeout_s:g} s)"
+        what = self.lost() or (f"rank 0 failed inside a pass ({error})" if here else
+                               f"a rank stopped answering ({error}; --train-rank-timeout is {self.plan.rank_timeout_s:g} s)")
         self.broken = what
+        if self.plan.shard_base:
+            # This process's sharded model belongs to the lost process group: it cannot train again.
+            self._stop_workers()
+            advice = ("the base model was sharded across the lost process group, so training needs a new one: restart "
+                      "the server (the same command) to train again; every model is at its last committed step and "
+                      "serving goes on")
+            self.fatal = f"a trainer rank was lost earlier ({what}): {advice}"
+            return RankFailed(f"the step lost a trainer rank: {what}. The step was rolled back; {advice}")
         remote = self.plan.world > self.plan.local
         then = (f"; ranks on other machines must be started again: {self.plan.worker_command(self.plan.local)}"
                 if remote else "; the server restarts its trainer ranks before the next step")

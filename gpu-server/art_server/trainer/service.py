@@ -37,6 +37,7 @@ from ..faults import fail_once
 from .guard import Snapshot, StepGuard, restore, take_snapshot
 from .lora import LoraHost
 from .ranks import RankPlan, RankPool
+from .sharding import shard_base, shard_elements
 from .sft import SFTConfig, sft_sequence, train_sft
 
 log = logging.getLogger(__name__)
@@ -77,10 +78,13 @@ class TrainingService:
             await asyncio.to_thread(self.pool.start)
 
     def ranks(self) -> dict[str, Any]:
-        """The trainer ranks as /v1/engine/stats shows them."""
+        """The trainer ranks as /v1/engine/stats shows them (with a sharded base, what rank 0 holds of it)."""
         if self.pool is None:
             return {"world": 1, "threads": self.threads}
-        return self.pool.describe()
+        out = self.pool.describe()
+        if self._host is not None and self.pool.plan.shard_base:
+            out.update(shard_elements(self._host.model))  # on rank 0
+        return out
 
     def _distributed(self, model: TrainableModel, kind: str, args: tuple[Any, ...], train: Any) -> Any:
         """`train(sync)` on every rank when there are several (the workers get `args`), else here alone."""
@@ -89,14 +93,19 @@ class TrainingService:
         host = self._host
         dtype = str(host.model.get_input_embeddings().weight.dtype).removeprefix("torch.")
         header = {"kind": kind, "slot": model.slot, "lora": host.config(model.slot), "weights": host.weights(model.slot),
-                  "base_path": str(self.manager.base_path), "dtype": dtype, "args": args}
+                  "base_path": str(self.manager.base_path), "dtype": dtype, "args": args, "shard_base": self.pool.plan.shard_base}
         return self.pool.run(header, train)
 
     # -- set-up ------------------------------------------------------------------------------
     def host(self, engine: Engine, base_path: Path) -> LoraHost:
         if self._host is None:
             runner = getattr(engine, "runner", None)
-            if runner is not None:  # hf engine: share its model and lock
+            shard = self.pool is not None and self.pool.plan.shard_base
+            if shard:  # a sharded model only runs with every rank: the trainer keeps its own, apart from serving
+                holder = TrainerHolder(base_path, self.manager.config.device)
+                shard_base(holder.model)
+                self._host = LoraHost(holder, threading.RLock())
+            elif runner is not None:  # hf engine: share its model and lock
                 self._host = LoraHost(runner, engine.scheduler.model_lock)
             else:
                 self._host = LoraHost(TrainerHolder(base_path, self.manager.config.device), threading.RLock())

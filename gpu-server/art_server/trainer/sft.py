@@ -16,7 +16,7 @@ import torch
 from ..chat.prompt import prompt_token_ids
 from .logprobs import pad_batch, token_logprobs
 from .guard import StepGuard
-from .parallel import DistributedSync, LocalSync
+from .parallel import DistributedSync, LocalSync, padded
 from .lora import LoraHost
 from .sequences import Sequence
 
@@ -86,20 +86,27 @@ def train_sft(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer | None
             tokens = sum(s.trained_tokens for s in batch_seqs)  # the whole batch's, on every rank
             # This rank's share, sorted: micro-batches share prefixes and lengths (see grpo.train_step).
             mine = sorted(sync.shard(batch_seqs, lambda s: len(s.input_ids)), key=lambda s: s.input_ids)
+            micros = [mine[i:i + config.micro_batch_size] for i in range(0, len(mine), config.micro_batch_size)]
+            real = len(micros)  # the rest, if any, are passes that train nothing (weight 0), for lockstep ranks
+            if sync.lockstep:
+                micros = padded(micros, sync.most_micro_batches(batch_seqs, lambda s: len(s.input_ids), config.micro_batch_size),
+                                batch_seqs[0])
             lr = lr_at(step, total, config)
             for group in optimizer.param_groups if optimizer is not None else []:
                 group["lr"] = lr
             loss_sum = 0.0
-            for start in range(0, len(mine), config.micro_batch_size):
-                micro = mine[start:start + config.micro_batch_size]
-                guard.check()
+            for m, micro in enumerate(micros):
+                if not sync.lockstep:  # with a sharded base, only where the ranks meet (see grpo.train_step)
+                    guard.check()
+                weight = 1.0 if m < real else 0.0
                 with host.lock:
                     host.activate(slot)
                     batch = pad_batch(micro, pad_id, host.device)
                     logp, _ = token_logprobs(host.model, batch)
-                    loss = -logp.sum() / tokens  # mean over the batch's assistant tokens
+                    loss = -logp.sum() * weight / tokens  # mean over the batch's assistant tokens
                     loss.backward()
                 loss_sum += float(loss.detach())
+            guard.check()
             grad_norm, stats = sync.step(guard, optimizer, params, config.max_grad_norm, Counter({"loss": loss_sum}),
                                          f"epoch {epoch + 1}, batch {b + 1}", host.lock, final=step == total - 1)
             loss_sum = stats["loss"]

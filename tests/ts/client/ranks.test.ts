@@ -40,5 +40,7 @@ describe("LocalBackend with trainRanks", () => {
     assert.equal(error.message.split("\n").length, 1);
     assert.match(error.message, /--train-ranks: 1000 CPU ranks on this machine, which has \d+ cores/);
     await assert.rejects(LocalBackend.start({ dataDir: tempDir(), trainRanks: 0 }), /trainRanks/);
+    await assert.rejects(LocalBackend.start({ dataDir: tempDir(), baseModel: "builtin:tiny", trainShardBase: true }),
+      (e: unknown) => e instanceof ConfigurationError && /--train-shard-base shards the base model across trainer ranks/.test(e.message));
   });
 });
