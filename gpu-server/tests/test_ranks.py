@@ -361,3 +361,28 @@ def test_a_sharded_base_that_loses_a_rank_rolls_back_and_says_to_restart_while_s
         assert chat.status_code == 200 and steps == [0] and srv.process.poll() is None
     finally:
         srv.stop()
+
+
+def test_a_refused_update_on_rank_0_rolls_every_rank_back_and_the_next_step_is_a_clean_runs(server, tmp_path, tiny_path):
+    """An error where rank 0 applies gradient step 2 (after gradient step 1 changed every rank's
+    weights, as a non-finite loss would be refused there): the step fails and rolls back; the next
+    step, on the same workers, gives the adapter a clean single-process run gives."""
+    srv = ranks_server(tmp_path / "data", env={"ART_FAULT": "gradient_step:2"})
+    try:
+        with srv.client() as c, server.client() as one:
+            groups = groups_from(one, "dp-sampler")
+            register(c, "refused")
+            with c.stream("POST", "/v1/art/models/refused/train",
+                          json={"groups": groups, "config": {"learning_rate": LR, "gradient_steps": 2}}) as r:
+                last = [json.loads(line) for line in r.iter_lines() if line.strip()][-1]
+            assert last["type"] == "error" and "injected fault at gradient_step:2" in last["error"]["message"], last
+            worker = workers_of(srv)
+            step(c, "refused", groups, learning_rate=LR, gradient_steps=2)
+            assert workers_of(srv) == worker  # the same workers, no restart
+            register(one, "refused")
+            step(one, "refused", groups, learning_rate=LR, gradient_steps=2)
+            diff = max_diff(adapter(c, "refused", 1), adapter(one, "refused", 1))
+        print(f"after a refused update: next step vs a clean single-process run {diff:.2e}")
+        assert diff < 1e-5
+    finally:
+        srv.stop()
