@@ -100,25 +100,65 @@ def requests_per_engine(client: httpx.Client) -> dict[str, float]:
     return counts
 
 
+def concurrent_group(client: httpx.Client, model: str, size: int) -> list[dict]:
+    """`size` one-answer requests at once (so every replica gets some), as one group."""
+    def one(i: int) -> dict:
+        r = sample(client, model, QUESTION, 1, 8, seed=i)
+        return {"messages_and_choices": [*QUESTION, choice_item(r, r["choices"][0])], "reward": float(i % 3)}
+
+    with concurrent.futures.ThreadPoolExecutor(size) as pool:
+        return list(pool.map(one, range(size)))
+
+
+def served_as_trained(client: httpx.Client, name: str, base_model: str) -> tuple[float, float]:
+    """Step 1 trains on answers of step 0; step 2 on 16 concurrent answers of step 1, whose first
+    gradient step compares the trainer's logprobs under step 1's adapter with what vLLM sampled.
+    Returns (that difference, how far step 1 moved a greedy token's logprob): a replica or a shard
+    without step 1's adapter would show a difference as large as the move."""
+    assert client.post("/v1/art/models/register", json={"name": name, "project": "p",
+                                                        "base_model": base_model}).status_code == 200
+    step(client, name, [concurrent_group(client, name, 8)], learning_rate=5e-2)
+    diff = step(client, name, [concurrent_group(client, name, 16)], learning_rate=5e-2)[-1]["metrics"]["sampler_logprob_diff_max"]
+    greedy = [sample(client, f"{name}@{s}", QUESTION, 1, 4, temperature=0)["choices"][0] for s in (0, 1)]
+    return diff, abs(greedy[0]["logprobs"]["content"][0]["logprob"] - greedy[1]["logprobs"]["content"][0]["logprob"])
+
+
 @real_vllm
 def test_two_data_parallel_replicas_both_serve_each_steps_adapter(tmp_path):
-    srv = start_server(tmp_path / "data", "--engine", "vllm", "--base-model", MODEL, "--vllm-args=--data-parallel-size 2",
-                       timeout=600)
+    """Two replicas (builtin:small, fp32, a worker per core): 16 concurrent answers of step 1, spread
+    over both replicas (vLLM's metrics say so), score as the trainer scores them under step 1."""
+    srv = start_server(tmp_path / "data", "--engine", "vllm", "--base-model", "builtin:small", "--dtype", "float32",
+                       "--inference-devices", "cpu:0-1", "--vllm-args=--data-parallel-size 2", timeout=600)
     try:
         with srv.client(timeout=600) as c:
-            assert c.post("/v1/art/models/register", json={"name": "dp", "project": "p", "base_model": MODEL}).status_code == 200
             before = requests_per_engine(c)
-            assert "Blue giraffe." not in answers(c, "dp", 4)
-            step(c, "dp", TAUGHT, path="train_sft", learning_rate=3e-3, epochs=8, batch_size=4)
-            said = answers(c, "dp", 16)
+            diff, moved = served_as_trained(c, "dp", "builtin:small")
             after = requests_per_engine(c)
-        print(f"requests per engine before {before}, after {after}; answers {set(said)}")
-        assert said == ["Blue giraffe."] * 16  # step 1's adapter, whichever replica answered
-        assert sorted(after) == ["0", "1"] and all(after[e] - before.get(e, 0) >= 1 for e in after), after
         log = (tmp_path / "data" / "logs" / "vllm.log").read_text()
-        assert "'data_parallel_size': 2" in log
     finally:
         srv.stop()
+    print(f"data parallel 2: requests per replica {after}; step 1 served vs trained {diff:.2e}, step 1 moved {moved:.2e}")
+    assert sorted(after) == ["0", "1"] and all(after[e] - before.get(e, 0) >= 2 for e in after), after
+    assert "'data_parallel_size': 2" in log
+    assert diff < 1e-3 and moved > 100 * diff
+
+
+@real_vllm
+def test_tensor_parallel_2_serves_each_step_as_the_trainer_scores_it(tmp_path):
+    """Two tensor-parallel workers, one per core (vLLM's CPU build cannot bind 2 workers to this
+    machine's one NUMA node by itself: --inference-devices binds them); builtin:small (8 heads;
+    SmolLM2's 9 do not split in 2), fp32: both shards of each step's adapter are loaded."""
+    srv = start_server(tmp_path / "data", "--engine", "vllm", "--base-model", "builtin:small", "--dtype", "float32",
+                       "--inference-devices", "cpu:0-1", "--vllm-args=--tensor-parallel-size 2", timeout=600)
+    try:
+        with srv.client(timeout=600) as c:
+            diff, moved = served_as_trained(c, "tp", "builtin:small")
+        log = (tmp_path / "data" / "logs" / "vllm.log").read_text()
+    finally:
+        srv.stop()
+    print(f"tensor parallel 2: step 1 served vs trained {diff:.2e}, step 1 moved a greedy logprob by {moved:.2e}")
+    assert "'tensor_parallel_size': 2" in log and "local_rank=1, core ids=[1]" in log
+    assert diff < 1e-3 and moved > 100 * diff
 
 
 @real_vllm
@@ -141,33 +181,3 @@ def test_vllm_and_the_trainer_each_on_their_own_core(tmp_path):
     finally:
         srv.stop()
 
-
-@real_vllm
-def test_tensor_parallel_2_serves_each_step_as_the_trainer_scores_it(tmp_path):
-    """vLLM's CPU build with 2 tensor-parallel workers, one per core (it cannot bind 2 workers to the
-    one NUMA node of this machine by itself: --inference-devices binds them). builtin:small has 8
-    heads (SmolLM2's 9 do not split in 2), fp32. Step 2's first gradient step compares the trainer's
-    logprobs under step 1's adapter with what the 2 workers sampled under it: equal to ~1e-5, while
-    step 1 moved the logprobs far more, so both shards of the adapter were loaded."""
-    srv = start_server(tmp_path / "data", "--engine", "vllm", "--base-model", "builtin:small", "--dtype", "float32",
-                       "--inference-devices", "cpu:0-1", "--vllm-args=--tensor-parallel-size 2", timeout=600)
-    try:
-        with srv.client(timeout=600) as c:
-            assert c.post("/v1/art/models/register", json={"name": "tp", "project": "p",
-                                                           "base_model": "builtin:small"}).status_code == 200
-            metrics = []
-            for s in range(2):
-                r = sample(c, "tp", QUESTION, 8, 8, seed=s)
-                group = [{"messages_and_choices": [*QUESTION, choice_item(r, ch)], "reward": float(i % 3)}
-                         for i, ch in enumerate(r["choices"])]
-                metrics.append(step(c, "tp", [group], learning_rate=5e-2)[-1]["metrics"])
-            greedy = [sample(c, f"tp@{s}", QUESTION, 1, 4, temperature=0)["choices"][0] for s in (0, 1)]
-        moved = abs(greedy[0]["logprobs"]["content"][0]["logprob"] - greedy[1]["logprobs"]["content"][0]["logprob"])
-        log = (tmp_path / "data" / "logs" / "vllm.log").read_text()
-    finally:
-        srv.stop()
-    print(f"tensor parallel 2: step 1 sampler diff max {metrics[0]['sampler_logprob_diff_max']:.2e}, step 2 (on step 1's "
-          f"adapter) {metrics[1]['sampler_logprob_diff_max']:.2e}; step 1 moved the greedy first token's logprob by {moved:.2e}")
-    assert "'tensor_parallel_size': 2" in log and "local_rank=1, core ids=[1]" in log
-    assert metrics[0]["sampler_logprob_diff_max"] < 1e-3 and metrics[1]["sampler_logprob_diff_max"] < 1e-3
-    assert moved > 100 * metrics[1]["sampler_logprob_diff_max"]
