@@ -121,3 +121,21 @@ def test_a_history_that_was_rewritten_splits_into_separate_sequences():
     seqs, splits = build_sequences([t1, t2])
     assert splits == 1 and [s.input_ids for s in seqs] == [[1, 2, 3, 10, 11], [1, 2, 3, 99, 4, 12]]
     assert [s.trained_tokens for s in seqs] == [2, 1]
+
+
+def test_length_normalization_none_weighs_every_token_alike_trajectory_weighs_every_answer_alike():
+    """Dr. GRPO's fix for the length bias: with "trajectory" a 2-token answer's tokens weigh 3x a
+    6-token answer's; with "none" all weigh the same (both sum to 1 over the step's tokens after
+    train_step's rescaling, so only the relative weights differ)."""
+    from art_server.trainer.grpo import GRPOConfig, prepare
+
+    def trajectory(n: int, reward: float) -> dict:
+        return {"reward": reward, "messages_and_choices": [{"kind": "choice", "prompt_token_ids": [1, 2], "token_ids": list(range(3, 3 + n)),
+                                                            "logprobs": [-1.0] * n}]}
+
+    group = [trajectory(2, 1.0), trajectory(6, 0.0)]
+    per_answer = {len(it.sequence.input_ids) - 2: it.weight for it in prepare([group], GRPOConfig(), 100).items}
+    per_token = {len(it.sequence.input_ids) - 2: it.weight for it in
+                 prepare([group], GRPOConfig(length_normalization="none"), 100).items}
+    assert per_answer == pytest.approx({2: 1 / 2 / 2, 6: 1 / 6 / 2})
+    assert per_token == pytest.approx({2: 1 / 6 / 2, 6: 1 / 6 / 2})

@@ -138,7 +138,8 @@ def test_many_optimizer_steps_on_two_ranks_differ_from_one_process_only_by_summa
 
 def test_a_rank_that_dies_fails_the_step_rolls_back_and_the_next_step_restarts_it(tmp_path, tiny_path):
     """Rank 1 exits (like kill -9) right after it receives step 1: the step fails within seconds with
-    rank_failed, nothing is committed, and step 1 then trains on restarted workers."""
+    rank_failed, nothing is committed, and step 1 then trains on restarted workers; the server killed
+    with -9 then takes its worker with it."""
     srv = ranks_server(tmp_path / "data", env={"ART_FAULT": "rank1_exit"})
     try:
         with srv.client() as c:
@@ -159,6 +160,15 @@ def test_a_rank_that_dies_fails_the_step_rolls_back_and_the_next_step_restarts_i
             ranks = c.get("/v1/engine/stats").json()["trainer_ranks"]
             assert ranks["world"] == 2 and ranks["restarts"] == 1 and ranks["broken"] is None, ranks
             assert [w["alive"] for w in ranks["workers"].values()] == [True] and ranks["devices"] == ["cpu", "cpu"], ranks
+        # The server killed with -9 takes its (restarted) worker with it.
+        [worker] = workers_of(srv)
+        srv.process.send_signal(signal.SIGKILL)
+        srv.process.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and Path(f"/proc/{worker}").exists() \
+                and "zombie" not in Path(f"/proc/{worker}/status").read_text():
+            time.sleep(0.1)
+        assert not Path(f"/proc/{worker}").exists() or "zombie" in Path(f"/proc/{worker}/status").read_text()
     finally:
         srv.stop()
 
@@ -204,19 +214,6 @@ def test_a_rank_that_stops_answering_fails_the_step_within_the_rank_timeout(tmp_
             assert step(c, "hangs", groups, learning_rate=LR)[-1]["step"] == 1  # on a restarted worker
     finally:
         srv.stop()
-
-
-def test_server_stop_ends_its_rank_workers_and_kill_9_too(tmp_path, tiny_path):
-    srv = ranks_server(tmp_path / "data")
-    workers = workers_of(srv)
-    assert len(workers) == 1
-    srv.process.send_signal(signal.SIGKILL)
-    srv.process.wait()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and Path(f"/proc/{workers[0]}").exists() \
-            and "zombie" not in Path(f"/proc/{workers[0]}/status").read_text():
-        time.sleep(0.1)
-    assert not Path(f"/proc/{workers[0]}").exists() or "zombie" in Path(f"/proc/{workers[0]}/status").read_text()
 
 
 @pytest.mark.parametrize("args, says", [
@@ -292,7 +289,7 @@ def test_two_nodes_over_loopback_train_like_one_process(server, tmp_path, tiny_p
             node1.kill()
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0])  # seeds 0 and 1 rose in each of 3 runs; one is enough here
 def test_single_turn_reward_rises_on_two_ranks(two_ranks, seed):
     single_turn_rises(two_ranks, f"learn-{seed}", seed, "2 ranks, single-turn")
 
@@ -386,3 +383,18 @@ def test_a_refused_update_on_rank_0_rolls_every_rank_back_and_the_next_step_is_a
         assert diff < 1e-5
     finally:
         srv.stop()
+
+
+def test_a_kl_penalty_to_an_earlier_step_reaches_every_rank(server, two_ranks):
+    """kl_ref_step's adapter travels with the step: on 2 ranks the KL to step 1 right after step 1
+    is 0, as in one process (a rank scoring against the base model would make it positive)."""
+    with server.client() as one, two_ranks.client() as two:
+        groups = groups_from(one, "dp-sampler")
+        lines = []
+        for c in (one, two):
+            register(c, "dp-klref")
+            step(c, "dp-klref", groups, learning_rate=LR)
+            lines.append(step(c, "dp-klref", groups, learning_rate=LR, kl_coef=0.5, kl_ref_step=1))
+    first = [next(line for line in ls if line["type"] == "progress") for ls in lines]
+    assert first[0]["kl_ref"] == 0.0 and first[1]["kl_ref"] == 0.0, first
+    assert first[1]["loss"] == pytest.approx(first[0]["loss"], rel=1e-5, abs=1e-9)

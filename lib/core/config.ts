@@ -60,6 +60,17 @@ export interface TrainConfig {
   samplerCorrection?: "tis" | "none";
   /** The truncation of `tis`'s per-token weight, 1 to 1e6 (default 2). */
   samplerCorrectionCap?: number;
+  /**
+   * `trajectory` (default): every trajectory weighs the same, so a long answer's tokens each count
+   * less. `none` (Dr. GRPO): every token weighs the same whatever its answer's length, which removes
+   * the bias toward long wrong answers; pair it with `scaleRewards: false` for Dr. GRPO as published.
+   */
+  lengthNormalization?: "trajectory" | "none";
+  /**
+   * The KL penalty's reference (with `klCoef` above 0): this step's adapter instead of the base model,
+   * e.g. the SFT step an RL run started from. A step without a checkpoint is a 400.
+   */
+  klRefStep?: number;
 }
 
 /** @internal The zod schema that checks a {@link TrainConfig} (the interface documents each field). */
@@ -78,6 +89,8 @@ export const TrainConfigSchema = z.object({
   maxSequenceLength: z.number().int().min(1).max(1_048_576).optional(),
   samplerCorrection: z.enum(["tis", "none"]).optional(),
   samplerCorrectionCap: z.number().min(1).max(1e6).optional(),
+  lengthNormalization: z.enum(["trajectory", "none"]).optional(),
+  klRefStep: z.number().int().min(0).max(1e9).optional(),
 }).strict();
 
 /** SFT settings of one step (the server's defaults apply to what is left out). */

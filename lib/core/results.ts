@@ -37,7 +37,7 @@ export interface StepMetrics {
   clipFraction?: number;
   /** KL between the sampler's and the trainer's logprobs (k3 estimator): how off-policy the step was. */
   approxKl?: number;
-  /** KL to the base model (k3), with `klCoef` above 0. */
+  /** KL to the base model (k3), with `klCoef` above 0; to step `klRefStep`'s adapter when that is set. */
   klRef?: number;
   /** Mean entropy of the policy's next-token distribution at the trained tokens; a fast fall means collapse. */
   entropy?: number;

@@ -240,6 +240,8 @@ class GRPOConfigIn(BaseModel):
     max_sequence_length: int | None = Field(None, ge=1, le=MAX_TOKENS_PER_SEQUENCE)
     sampler_correction: Literal["tis", "none"] = "tis"
     sampler_correction_cap: float = Field(2.0, ge=1, le=1e6, allow_inf_nan=False)
+    length_normalization: Literal["trajectory", "none"] = "trajectory"
+    kl_ref_step: int | None = Field(None, ge=0, le=10**9)
 
 
 class GroupsBody(BaseModel):

@@ -40,6 +40,8 @@ class GRPOConfig:
     max_sequence_length: int | None = None
     sampler_correction: str = "tis"  # tis | none (see loss.py)
     sampler_correction_cap: float = 2.0
+    length_normalization: str = "trajectory"  # trajectory | none (Dr. GRPO; see prepare)
+    kl_ref_step: int | None = None  # the KL penalty's reference: this step's adapter (None: the base model)
 
 
 @dataclass
@@ -99,9 +101,13 @@ def prepare(groups: list[list[dict[str, Any]]], config: GRPOConfig, context_leng
             if abs(advantage) > 0 and sum(s.trained_tokens for s in seqs):
                 kept.append((seqs, advantage))
                 out.sequences_split += splits
-    # Each trajectory weighs the same; its tokens share its weight.
+    # "trajectory": each trajectory weighs the same, its tokens share its weight (a long answer's
+    # tokens count less). "none" (Dr. GRPO): every token weighs the same whatever its answer's length
+    # (divided by a constant, not by its own length). train_step rescales each gradient step's
+    # weights to sum to 1 either way; Adam is indifferent to that constant.
+    longest = max((sum(s.trained_tokens for s in seqs) for seqs, _ in kept), default=1)
     for seqs, advantage in kept:
-        tokens = sum(s.trained_tokens for s in seqs)
+        tokens = sum(s.trained_tokens for s in seqs) if config.length_normalization == "trajectory" else longest
         for s in seqs:
             out.items.append(TrainItem(s, advantage, 1.0 / tokens / len(kept)))
     out.trajectories_trained = len(kept)
@@ -123,10 +129,12 @@ def _chunks(items: list[Any], n: int) -> list[list[Any]]:
 
 def train_step(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer | None, prepared: Prepared, config: GRPOConfig,
                pad_id: int, progress: Callable[[dict[str, Any]], None] | None = None,
-               guard: StepGuard | None = None, sync: LocalSync | DistributedSync | None = None) -> dict[str, Any]:
+               guard: StepGuard | None = None, sync: LocalSync | DistributedSync | None = None,
+               ref_slot: str | None = None) -> dict[str, Any]:
     """Runs the gradient steps; returns summed metrics (the caller adds rewards and timings). `guard`
     stops a cancelled step between micro-batches and refuses non-finite updates (see guard.py); `sync`
-    splits the work across trainer ranks (parallel.py; one process by default)."""
+    splits the work across trainer ranks (parallel.py; one process by default); `ref_slot` holds the
+    adapter of `config.kl_ref_step`, the KL penalty's reference (None: the base model)."""
     guard = guard or StepGuard()
     sync = sync or LocalSync()
     params = host.parameters(slot)
@@ -159,7 +167,7 @@ def train_step(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer | Non
             with host.lock:
                 host.activate(slot)
                 batch = pad_batch([it.sequence for it in micro], pad_id, host.device)
-                micro_stats = _micro_step(host, batch, micro, config, scales[k], behaviour.get((k, i)))
+                micro_stats = _micro_step(host, slot, batch, micro, config, scales[k], behaviour.get((k, i)), ref_slot)
             if i < real[k]:
                 accumulate(stats, micro_stats)
         guard.check()
@@ -212,9 +220,14 @@ def _trainer_old_logprobs(host: LoraHost, slot: str, plan: list[list[list[TrainI
     return out
 
 
-def _micro_step(host: LoraHost, batch: Batch, micro: list[TrainItem], config: GRPOConfig,
-                weight_scale: float, trainer_old: torch.Tensor | None) -> Counter:
+def _micro_step(host: LoraHost, slot: str, batch: Batch, micro: list[TrainItem], config: GRPOConfig,
+                weight_scale: float, trainer_old: torch.Tensor | None, ref_slot: str | None) -> Counter:
     model = host.model
+    ref = None
+    if config.kl_coef:  # the reference first, then the policy's pass with `slot` active again
+        with torch.no_grad(), (host.using(ref_slot) if ref_slot else host.base_only()):
+            ref, _ = token_logprobs(model, batch, config.temperature)
+        host.activate(slot)
     # Per-token tensors in the same flat order as token_logprobs returns them.
     seq_index = batch.token_rows
     sampler = batch.old_logprobs()
@@ -225,10 +238,6 @@ def _micro_step(host: LoraHost, batch: Batch, micro: list[TrainItem], config: GR
     if config.sampler_correction == "tis":
         old = new.detach() if trainer_old is None else trainer_old
         sampler_weights = truncated_is_weights(old, sampler, config.sampler_correction_cap)
-    ref = None
-    if config.kl_coef:
-        with torch.no_grad(), host.base_only():
-            ref, _ = token_logprobs(model, batch, config.temperature)
     terms = grpo_token_loss(new, old, advantages, weights, seq_index, variant=config.loss, eps_low=config.eps_low,
                             eps_high=config.eps_high, importance_sampling=config.importance_sampling, ref_lp=ref,
                             kl_coef=config.kl_coef, sampler_lp=sampler, sampler_weights=sampler_weights)

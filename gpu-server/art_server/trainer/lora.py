@@ -93,6 +93,13 @@ class LoraHost:
             torch.set_num_threads(self.threads)
 
     @contextlib.contextmanager
+    def using(self, slot: str) -> Iterator[None]:
+        """`slot` active for what runs inside (a reference adapter's forward pass); the caller
+        activates its training slot again afterwards."""
+        self._peft().set_adapter(slot)
+        yield
+
+    @contextlib.contextmanager
     def base_only(self) -> Iterator[None]:
         with self._peft().disable_adapter():
             yield

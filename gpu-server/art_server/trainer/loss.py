@@ -14,7 +14,7 @@ and the current policy's logprob (new):
     ppo:   loss_t = -min(ratio_t * A_i, clip(ratio_t, 1 - eps_low, 1 + eps_high) * A_i)
     cispo: loss_t = -sg(clip(ratio_t, 1 - eps_low, 1 + eps_high)) * A_i * new_t
 
-    kl_t = exp(ref_t - new_t) - (ref_t - new_t) - 1               (k3 estimator, against the base)
+    kl_t = exp(ref_t - new_t) - (ref_t - new_t) - 1               (k3, against the base or kl_ref_step's adapter)
     loss_t += kl_coef * kl_t
 
 The sampler (vLLM's kernels, bf16) does not score tokens exactly as the trainer does, so with
@@ -51,7 +51,7 @@ class LossTerms:
     loss: torch.Tensor  # scalar: the sum over tokens of weight * loss_t (divide nothing more)
     clipped: torch.Tensor  # tokens whose ratio was clipped (count, weighted like the loss)
     approx_kl_policy: torch.Tensor  # k3 between sampling and current policy, weighted
-    kl_ref: torch.Tensor  # k3 to the base, weighted (0 without a reference)
+    kl_ref: torch.Tensor  # k3 to the reference (the base, or kl_ref_step's adapter), weighted (0 without one)
     ratio: torch.Tensor  # per token, the importance ratio the loss used (detached)
 
 

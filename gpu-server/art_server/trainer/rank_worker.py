@@ -107,10 +107,16 @@ def run_step(header: dict[str, Any], holder: Holder, host: LoraHost, sync: Distr
     if not host.has_slot(slot):
         host.add_slot(slot, header["lora"])
     host.load_weights(slot, header["weights"])
+    ref_slot = None
+    if header.get("ref"):  # the KL penalty's reference adapter (service._reference)
+        ref_slot, ref_weights = header["ref"]
+        if not host.has_slot(ref_slot):
+            host.add_slot(ref_slot, header["lora"])
+        host.load_weights(ref_slot, ref_weights)
     host.activate(slot)
     if header["kind"] == "grpo":
         prepared, config, pad_id = header["args"]
-        train_step(host, slot, None, prepared, config, pad_id, guard=StepGuard(), sync=sync)
+        train_step(host, slot, None, prepared, config, pad_id, guard=StepGuard(), sync=sync, ref_slot=ref_slot)
     else:
         sequences, config, pad_id = header["args"]
         train_sft(host, slot, None, sequences, config, pad_id, guard=StepGuard(), sync=sync)

@@ -67,6 +67,7 @@ class TrainingService:
         self._steps: dict[asyncio.Task, threading.Event] = {}  # running steps and the event that stops each
         self.pool: RankPool | None = None  # trainer ranks beyond this process (ranks.py), when configured
         self.threads: int | None = None  # CPU threads of training in this process (None: every core torch has)
+        self._references: dict[str, tuple[int, dict[str, torch.Tensor]]] = {}  # KL reference slot -> (step, weights)
 
     async def start_ranks(self, plan: RankPlan) -> None:
         """Brings the trainer ranks together (RankSetupError when they cannot be)."""
@@ -86,14 +87,40 @@ class TrainingService:
             out.update(shard_elements(self._host.model))  # on rank 0
         return out
 
-    def _distributed(self, model: TrainableModel, kind: str, args: tuple[Any, ...], train: Any) -> Any:
-        """`train(sync)` on every rank when there are several (the workers get `args`), else here alone."""
+    def _reference(self, model: TrainableModel, config: GRPOConfig) -> tuple[str, dict[str, torch.Tensor]] | None:
+        """The slot holding step `config.kl_ref_step`'s adapter, the KL penalty's reference (loaded once
+        per step asked for), and its weights; None for the base model. ValueError (400) when it cannot be."""
+        step = config.kl_ref_step
+        if step is None:
+            return None
+        if not config.kl_coef:
+            raise ValueError(f"kl_ref_step {step} names the KL penalty's reference, but kl_coef is 0: set kl_coef above 0 "
+                             "(or leave kl_ref_step out)")
+        steps = ckpt.complete_steps(model.paths)
+        if step not in steps:
+            raise ValueError(f"kl_ref_step {step}: {model.name} has no checkpoint of step {step} (it has steps "
+                             f"{', '.join(map(str, steps[-10:]))}{' and earlier' if len(steps) > 10 else ''})")
+        slot = f"ref-{model.slot}"
+        cached = self._references.get(slot)
+        if cached is None or cached[0] != step:
+            weights = ckpt.load_weights(model.paths.checkpoint(step))
+            if not self._host.has_slot(slot):
+                self._host.add_slot(slot, self._host.config(model.slot))
+            self._host.load_weights(slot, weights)
+            self._references[slot] = (step, weights)
+        return slot, self._references[slot][1]
+
+    def _distributed(self, model: TrainableModel, kind: str, args: tuple[Any, ...], train: Any,
+                     ref: tuple[str, dict[str, torch.Tensor]] | None = None) -> Any:
+        """`train(sync)` on every rank when there are several (the workers get `args`, and the KL
+        reference's slot and weights), else here alone."""
         if self.pool is None:
             return train(None)
         host = self._host
         dtype = str(host.model.get_input_embeddings().weight.dtype).removeprefix("torch.")
         header = {"kind": kind, "slot": model.slot, "lora": host.config(model.slot), "weights": host.weights(model.slot),
-                  "base_path": str(self.manager.base_path), "dtype": dtype, "args": args, "shard_base": self.pool.plan.shard_base}
+                  "base_path": str(self.manager.base_path), "dtype": dtype, "args": args, "shard_base": self.pool.plan.shard_base,
+                  "ref": ref}
         return self.pool.run(header, train)
 
     # -- set-up ------------------------------------------------------------------------------
@@ -229,12 +256,13 @@ class TrainingService:
             # Everything is checked before the weights are touched: a refused step is a 400.
             provenance = self.manager.provenance
 
-            def check_and_prepare() -> tuple[list[str], Any]:  # CPU work on a large body: off the event loop
+            def check_and_prepare() -> tuple[list[str], Any, tuple[str, Any] | None]:  # CPU work: off the event loop
                 warnings = check_groups(provenance, groups)
                 self._check_tokens(groups)
-                return warnings, prepare(groups, config, engine.context_length)
+                return warnings, prepare(groups, config, engine.context_length), self._reference(model, config)
 
-            warnings, prepared = await asyncio.to_thread(check_and_prepare)
+            warnings, prepared, ref = await asyncio.to_thread(check_and_prepare)
+            ref_slot = ref[0] if ref else None
             timings["tokenize_s"] = time.perf_counter() - started
             from_step, new_step = model.step, model.step + 1
             metrics: dict[str, Any] = {
@@ -253,7 +281,8 @@ class TrainingService:
                                              lambda progress, guard: self._distributed(
                                                  model, "grpo", (prepared, config, self.pad_id),
                                                  lambda sync: train_step(self._host, model.slot, model.optimizer, prepared,
-                                                                         config, self.pad_id, progress, guard, sync)),
+                                                                         config, self.pad_id, progress, guard, sync, ref_slot),
+                                                 ref),
                                              trainable=bool(prepared.items),
                                              reason=None if prepared.items else nothing_trained_reason(prepared),
                                              details=prepared.skip_details, row=row, trajectories=groups):

@@ -41,9 +41,9 @@ describe("names between the API and the wire", () => {
 
   it("sends the configs in snake_case, enum values included", () => {
     assert.deepEqual(trainConfigToWire({ learningRate: 1e-3, klCoef: 0.1, importanceSampling: "sequence", maxSequenceLength: 512,
-      samplerCorrection: "none", samplerCorrectionCap: 3 }),
+      samplerCorrection: "none", samplerCorrectionCap: 3, lengthNormalization: "none", klRefStep: 2 }),
     { learning_rate: 1e-3, kl_coef: 0.1, importance_sampling: "sequence", max_sequence_length: 512, sampler_correction: "none",
-      sampler_correction_cap: 3 });
+      sampler_correction_cap: 3, length_normalization: "none", kl_ref_step: 2 });
     assert.deepEqual(sftConfigToWire({ batchSize: 4, trainOn: "lastAssistant", warmupRatio: 0 }),
       { batch_size: 4, train_on: "last_assistant", warmup_ratio: 0 });
   });
