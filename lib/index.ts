@@ -39,6 +39,8 @@ export * from "./client/server-command";
 export * from "./client/base-model";
 export * from "./client/model";
 export * from "./client/gather";
+export * from "./client/pipeline";
+export * from "./client/call-scope";
 export * from "./client/history-frame";
 
 export * from "./integrations/hub";

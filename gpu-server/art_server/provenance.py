@@ -70,13 +70,17 @@ class Provenance:
         signature = self._signature(self.fingerprint, self.server_id, prompt_ids, token_ids, logprobs)
         return f"{PREFIX}:{self.fingerprint}:{self.server_id}:{signature}"
 
-    def tag_completion(self, completion: dict[str, Any]) -> None:
+    def tag_completion(self, completion: dict[str, Any], policy_step: int | None = None) -> None:
+        """Tags every choice; `policy_step` (the trained model's step that sampled it, None for the base
+        model) goes beside the tag as `art_policy_step`, so a trainer can tell how far behind it is."""
         prompt = completion.get("prompt_token_ids") or []
         for choice in completion.get("choices", []):
             entries = (choice.get("logprobs") or {}).get("content") or []
             choice["art_provenance"] = self.tag(prompt, choice.get("token_ids") or [], [e["logprob"] for e in entries])
+            if policy_step is not None:
+                choice["art_policy_step"] = policy_step
 
-    def stream_tagger(self) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def stream_tagger(self, policy_step: int | None = None) -> Callable[[dict[str, Any]], dict[str, Any]]:
         """Tags each choice on the chunk that finishes it, from the ids and logprobs streamed before."""
         prompt: list[int] = []
         ids: dict[int, list[int]] = {}
@@ -91,6 +95,8 @@ class Provenance:
                 logprobs.setdefault(index, []).extend(e["logprob"] for e in ((choice.get("logprobs") or {}).get("content") or []))
                 if choice.get("finish_reason") is not None:
                     choice["art_provenance"] = self.tag(prompt, ids[index], logprobs[index])
+                    if policy_step is not None:
+                        choice["art_policy_step"] = policy_step
             return chunk
 
         return tagger

@@ -139,3 +139,25 @@ def test_length_normalization_none_weighs_every_token_alike_trajectory_weighs_ev
                  prepare([group], GRPOConfig(length_normalization="none"), 100).items}
     assert per_answer == pytest.approx({2: 1 / 2 / 2, 6: 1 / 6 / 2})
     assert per_token == pytest.approx({2: 1 / 6 / 2, 6: 1 / 6 / 2})
+
+
+def test_policy_lag_is_measured_per_trained_token_and_groups_past_max_steps_off_policy_are_skipped():
+    """Each sampled turn says the step that sampled it (art_policy_step): a step reports how far behind
+    its trained tokens are, and with max_steps_off_policy a group with any turn further behind is
+    skipped as "stale" (turns without a step, e.g. hand-built ones, are not measured)."""
+    from art_server.trainer.grpo import GRPOConfig, prepare
+
+    def turn(n: int, step: int | None) -> dict:
+        return {"kind": "choice", "prompt_token_ids": [1, 2], "token_ids": list(range(3, 3 + n)), "logprobs": [-1.0] * n,
+                **({"art_policy_step": step} if step is not None else {})}
+
+    fresh = [{"reward": 1.0, "messages_and_choices": [turn(2, 5), turn(2, 4)]},
+             {"reward": 0.0, "messages_and_choices": [turn(4, 5), turn(1, None)]}]
+    old = [{"reward": 1.0, "messages_and_choices": [turn(3, 2)]}, {"reward": 0.0, "messages_and_choices": [turn(3, 5)]}]
+    p = prepare([fresh, old], GRPOConfig(), 100, step=5)
+    assert not p.skipped and p.lag_metrics() == pytest.approx(
+        {"policy_lag_min": 0, "policy_lag_max": 3, "policy_lag_mean": (0 * 2 + 1 * 2 + 0 * 4 + 3 * 3 + 0 * 3) / 14})
+    bounded = prepare([fresh, old], GRPOConfig(max_steps_off_policy=1), 100, step=5)
+    assert bounded.skipped == {"stale": 1} and "3 steps behind step 5" in bounded.skip_details[0]
+    assert bounded.lag_metrics() == pytest.approx({"policy_lag_min": 0, "policy_lag_max": 1, "policy_lag_mean": 2 / 8})
+    assert prepare([old], GRPOConfig(max_steps_off_policy=3), 100, step=5).skipped == {}

@@ -264,6 +264,28 @@ def test_history_log_and_delete_checkpoints_keep_latest_and_best(trainer):
         assert c.post("/v1/chat/completions", json={"model": "keeper@1", "messages": PROMPT, "max_tokens": 2}).status_code == 200
 
 
+def test_every_choice_says_the_step_that_sampled_it_and_groups_log_at_an_earlier_step(trainer):
+    """art_policy_step: the step a bare name resolved to (or the one named), in JSON and streamed
+    answers; none for the base model. A pipeline logs an evaluation of step s after s + 1 exists."""
+    def streamed_steps(c: httpx.Client, model: str) -> list[int | None]:
+        with c.stream("POST", "/v1/chat/completions", json={"model": model, "messages": PROMPT, "max_tokens": 3, "stream": True}) as r:
+            chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+        return [ch.get("art_policy_step") for chunk in chunks for ch in chunk["choices"] if ch.get("finish_reason")]
+
+    with trainer.client() as c:
+        register(c, "stepper")
+        assert [ch["art_policy_step"] for ch in sample(c, "stepper", PROMPT, 2, 3)["choices"]] == [0, 0]
+        step(c, "stepper", [sampled_group(c, "stepper", [1, 0])], learning_rate=1e-3)
+        assert [ch["art_policy_step"] for ch in sample(c, "stepper", PROMPT, 1, 3)["choices"]] == [1]
+        assert [ch["art_policy_step"] for ch in sample(c, "stepper@0", PROMPT, 1, 3)["choices"]] == [0]
+        assert streamed_steps(c, "stepper") == [1] and streamed_steps(c, "stepper@0") == [0]
+        assert "art_policy_step" not in sample(c, "builtin:tiny", PROMPT, 1, 3)["choices"][0]
+        r = c.post("/v1/art/models/stepper/log", json={"split": "val", "step": 0, "groups": [sampled_group(c, "stepper@0", [1, 0])]})
+        assert r.status_code == 200 and r.json()["step"] == 0
+        r = c.post("/v1/art/models/stepper/log", json={"split": "val", "step": 2, "groups": [sampled_group(c, "stepper", [1, 0])]})
+        assert r.status_code == 400 and "step 2 is ahead of stepper's current step 1" in r.json()["error"]["message"]
+
+
 def test_checkpoint_files_are_downloadable(trainer):
     with trainer.client() as c:
         register(c, "files")

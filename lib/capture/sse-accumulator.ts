@@ -16,6 +16,7 @@ interface ChoiceSoFar {
   logprobs: unknown[];
   finishReason: string | null;
   provenance?: string;
+  policyStep?: number;
 }
 
 /** Reads SSE text as it arrives (in any pieces) and builds the completion it describes. */
@@ -69,6 +70,7 @@ export class SseAccumulator {
         logprobs: { content: c.logprobs, refusal: null },
         token_ids: c.tokenIds,
         ...(c.provenance ? { art_provenance: c.provenance } : {}),
+        ...(c.policyStep !== undefined ? { art_policy_step: c.policyStep } : {}),
       };
     });
     return {
@@ -141,5 +143,6 @@ export class SseAccumulator {
     if (Array.isArray(logprobs)) c.logprobs.push(...logprobs);
     if (typeof raw.finish_reason === "string") c.finishReason = raw.finish_reason;
     if (typeof raw.art_provenance === "string") c.provenance = raw.art_provenance;
+    if (typeof raw.art_policy_step === "number") c.policyStep = raw.art_policy_step;
   }
 }

@@ -6,7 +6,7 @@
 import readline from "node:readline";
 import { Readable } from "node:stream";
 import { z } from "zod";
-import { ServerApiError, ServerProtocolError, ServerUnreachableError, TrainingStepError, UnauthorizedError } from "../core/errors";
+import { ServerApiError, ServerProtocolError, ServerUnreachableError, StoppedError, TrainingStepError, UnauthorizedError } from "../core/errors";
 import { httpUrlOption, parseOptions } from "../core/options";
 import { ErrorBody, type StreamLine, TrainLine } from "../core/wire";
 
@@ -20,9 +20,10 @@ export interface Backend {
   request<T>(method: "GET" | "POST", path: string, schema: z.ZodType<T>, body?: unknown): Promise<T>;
   /**
    * @internal A streaming NDJSON request in the wire's form (what `model.train` reads); `onLine`
-   * sees every line; resolves with all of them (an error line throws).
+   * sees every line; resolves with all of them (an error line throws). `signal` ends the request
+   * early (a {@link StoppedError}); the server then rolls back a step it has not committed.
    */
-  stream(path: string, body: unknown, onLine?: (line: StreamLine) => void): Promise<StreamLine[]>;
+  stream(path: string, body: unknown, onLine?: (line: StreamLine) => void, signal?: AbortSignal): Promise<StreamLine[]>;
   /** Frees what the backend holds (a local server process). */
   close(): Promise<void>;
   /** Why the backend cannot be used any more (closed, or its server died), or undefined while it can. */
@@ -71,7 +72,7 @@ export class RemoteBackend implements Backend {
     return undefined;
   }
 
-  private async send(method: string, path: string, body: unknown): Promise<Response> {
+  private async send(method: string, path: string, body: unknown, signal?: AbortSignal): Promise<Response> {
     const unusable = this.unusable();
     if (unusable) throw unusable;
     let response: Response;
@@ -80,9 +81,10 @@ export class RemoteBackend implements Backend {
         method,
         headers: { Authorization: `Bearer ${this.token}`, ...(body === undefined ? {} : { "Content-Type": "application/json" }) },
         body: body === undefined ? undefined : JSON.stringify(body),
+        ...(signal ? { signal } : {}),
       });
     } catch (error) {
-      throw this.unreachable(path, error);
+      throw signal?.aborted ? stopped(path, error) : this.unreachable(path, error);
     }
     if (!response.ok) throw await apiError(response, path);
     return response;
@@ -100,8 +102,8 @@ export class RemoteBackend implements Backend {
   }
 
   /** @internal See {@link Backend.stream}. */
-  async stream(path: string, body: unknown, onLine?: (line: StreamLine) => void): Promise<StreamLine[]> {
-    const response = await this.send("POST", path, body);
+  async stream(path: string, body: unknown, onLine?: (line: StreamLine) => void, signal?: AbortSignal): Promise<StreamLine[]> {
+    const response = await this.send("POST", path, body, signal);
     if (!response.body) throw new ServerProtocolError(`${path}: the server answered ${response.status} with no body`);
     const lines: StreamLine[] = [];
     const reader = readline.createInterface({ input: Readable.fromWeb(response.body as import("node:stream/web").ReadableStream) });
@@ -117,6 +119,7 @@ export class RemoteBackend implements Backend {
       }
     } catch (error) {
       if (error instanceof ServerApiError || error instanceof ServerProtocolError) throw error;
+      if (signal?.aborted) throw stopped(path, error);
       throw await this.interrupted(path, error);
     }
     return lines;
@@ -129,6 +132,11 @@ export class RemoteBackend implements Backend {
   }
 
   async close(): Promise<void> {}
+}
+
+function stopped(path: string, error: unknown): StoppedError {
+  return new StoppedError(`${path}: stopped before the server answered (the request was aborted); a training step it ` +
+    "had not committed is rolled back", { cause: error });
 }
 
 /** Parses one answer (JSON) with `schema`; anything else is a {@link ServerProtocolError}. */

@@ -151,6 +151,10 @@ export class LocalBackend extends RemoteBackend {
     const { execa } = await import("execa");
     const child = execa(server.command, args, {
       stdout: "pipe", stderr: { file: logFile }, stdin: "ignore", reject: false, cleanup: true,
+      // Its own process group: Jupyter interrupts a kernel by signalling the kernel's whole group
+      // (Kernel > Interrupt), which would stop the server too. It still ends with this process
+      // (`cleanup` above, and --parent-pid when this one is killed).
+      detached: true,
       env: { PYTHONUNBUFFERED: "1", ...(options.env ?? {}) },
     });
     const exited = child.then((r) => ({ exitCode: r.exitCode, signal: r.signal }));

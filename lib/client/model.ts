@@ -13,7 +13,7 @@ import {
   deleteCheckpointsFromWire, historyRowFromWire, loraToWire, metricNameToWire, registeredModelFromWire, sftConfigToWire,
   trainConfigToWire, trainEventFromWire,
 } from "../core/convert";
-import { BadTrajectoryError, ModelNotRegisteredError, ServerProtocolError, ServerUnreachableError } from "../core/errors";
+import { BadTrajectoryError, ModelNotRegisteredError, ServerProtocolError, ServerUnreachableError, StoppedError } from "../core/errors";
 import { functionOption, httpUrlOption, parseOptions, safeNameOption } from "../core/options";
 import type { DeleteCheckpointsResult, HistoryRow, RegisteredModel, StepMetrics, TrainEvent, TrainResult } from "../core/results";
 import { Trajectory, type MessageParam, type ToolParam, type TrajectoryGroup, type TrajectoryInit } from "../core/trajectory";
@@ -22,6 +22,7 @@ import { notice } from "../display/notice";
 import { ProgressLine } from "../display/progress-line";
 import type { Backend } from "./backend";
 import { DEFAULT_BASE_MODEL } from "./base-model";
+import { currentCallScope, joinSignals, withCallScope } from "./call-scope";
 import { historyFrame, type HistoryFrame } from "./history-frame";
 
 /** A conversation to learn from with SFT. */
@@ -160,12 +161,29 @@ export interface TrainOptions extends TrainConfig {
   progress?: boolean;
   /** Each line the server streams (start, progress, warnings, result). */
   onEvent?: (event: TrainEvent) => void;
+  /**
+   * Stops the step: the request ends with a {@link StoppedError} once the server has finished it
+   * (rolled back, unless it had already committed; the message says which).
+   */
+  signal?: AbortSignal;
+  /** What a pipeline did with stale groups before this step (recorded in the step's metrics). */
+  staleGroups?: StaleGroupCounts;
+}
+
+/** Groups a pipeline left out or gathered again before a step for being too far behind. */
+export interface StaleGroupCounts {
+  /** Groups dropped. */
+  dropped: number;
+  /** Groups gathered again. */
+  retried: number;
 }
 
 const TrainOptionsSchema = TrainConfigSchema.extend({
   servePreviousDuringTraining: z.boolean().optional(),
   progress: z.boolean().optional(),
   onEvent: functionOption<(event: TrainEvent) => void>().optional(),
+  signal: z.instanceof(AbortSignal, { message: "must be an AbortSignal" }).optional(),
+  staleGroups: z.object({ dropped: z.number().int().min(0), retried: z.number().int().min(0) }).strict().optional(),
 }).strict();
 
 /** Checks the options of `model.train` for `call` (e.g. a loop that passes them on later). */
@@ -186,7 +204,10 @@ const TrainSftOptionsSchema = SftConfigSchema.extend({
   onEvent: functionOption<(event: TrainEvent) => void>().optional(),
 }).strict();
 
-const LogOptionsSchema = z.object({ split: z.string().regex(/^[A-Za-z0-9 _.-]{1,64}$/, "must be 1-64 letters, digits, spaces, '.', '_' or '-'").optional() }).strict();
+const LogOptionsSchema = z.object({
+  split: z.string().regex(/^[A-Za-z0-9 _.-]{1,64}$/, "must be 1-64 letters, digits, spaces, '.', '_' or '-'").optional(),
+  step: z.number().int().min(0).optional(),
+}).strict();
 const DeleteCheckpointsOptionsSchema = z.object({
   keepBestBy: z.string().regex(/^[A-Za-z0-9_.-]+\/[A-Za-z0-9_./-]+$/, "must be `split/metric`, e.g. `val/reward`").optional(),
 }).strict();
@@ -246,9 +267,22 @@ export class TrainableModel implements ChatModel {
     return registeredModelFromWire(info);
   }
 
-  /** `name@step` for a step, or the bare name (its latest step) when none is given. */
+  /**
+   * `name@step` for a step, or the bare name (its latest step) when none is given; inside
+   * {@link TrainableModel.atStep} the step given there.
+   */
   inferenceName(step?: number): string {
-    return step === undefined ? this.name : `${this.name}@${step}`;
+    const pinned = step ?? currentCallScope(this)?.step;
+    return pinned === undefined ? this.name : `${this.name}@${pinned}`;
+  }
+
+  /**
+   * Runs `fn` with `model.inferenceName()` naming `step` (`name@step`) instead of the latest one,
+   * e.g. to evaluate step s while training goes on: every rollout started inside asks step s.
+   */
+  atStep<T>(step: number, fn: () => T): T {
+    if (!Number.isInteger(step) || step < 0) throw new BadTrajectoryError(`model.atStep: step must be an integer >= 0, got ${step}`);
+    return withCallScope(this, { step }, fn);
   }
 
   /** The latest step, asked of the backend. */
@@ -307,7 +341,7 @@ export class TrainableModel implements ChatModel {
    * shows progress, and returns the new step with its metrics.
    */
   async train(groups: TrajectoryGroup[], options: TrainOptions = {}): Promise<TrainResult> {
-    const { servePreviousDuringTraining, progress, onEvent, ...config } = checkTrainOptions("model.train", options);
+    const { servePreviousDuringTraining, progress, onEvent, signal, staleGroups, ...config } = checkTrainOptions("model.train", options);
     const wire = toWireGroups(groups, true);
     const flat = groups.filter((g) => g.hasZeroVariance()).length;
     // Shown once per model: a converging (or stuck) run has flat groups step after step, and each
@@ -318,7 +352,9 @@ export class TrainableModel implements ChatModel {
         "Shown once; each step's metrics.groupsSkippedByReason keeps counting.", { key: "flat-groups", seen: this.noticesShown });
     }
     return this.runStep("train", { groups: wire, config: trainConfigToWire(config),
-      serve_previous_during_training: servePreviousDuringTraining ?? false }, progress ?? true, onEvent);
+      serve_previous_during_training: servePreviousDuringTraining ?? false,
+      ...(staleGroups ? { stale_groups_dropped: staleGroups.dropped, stale_groups_retried: staleGroups.retried } : {}) },
+    progress ?? true, onEvent, signal);
   }
 
   /**
@@ -362,11 +398,14 @@ export class TrainableModel implements ChatModel {
     return deleteCheckpointsFromWire(result);
   }
 
-  /** Stores groups (default split "val") and their metrics at the current step; returns the history row. */
-  async log(groups: TrajectoryGroup[], options: { split?: string } = {}): Promise<HistoryRow> {
-    const { split = "val" } = parseOptions("model.log", LogOptionsSchema, options);
+  /**
+   * Stores groups (default split "val") and their metrics at the current step, or at `step` (one the
+   * model has reached, e.g. the step an evaluation sampled while training went on); returns the history row.
+   */
+  async log(groups: TrajectoryGroup[], options: { split?: string; step?: number } = {}): Promise<HistoryRow> {
+    const { split = "val", step } = parseOptions("model.log", LogOptionsSchema, options);
     const row = await this.backend.request("POST", `/v1/art/models/${encodeURIComponent(this.name)}/log`, HistoryRowWire,
-      { split, groups: toWireGroups(groups, false) });
+      { split, groups: toWireGroups(groups, false), ...(step !== undefined ? { step } : {}) });
     return historyRowFromWire(row);
   }
 
@@ -380,18 +419,22 @@ export class TrainableModel implements ChatModel {
       return new Response(JSON.stringify({ error: { message: `${unusable.name}: ${unusable.message}`, type: "backend_unusable", code: null } }),
         { status: 410, headers: { "Content-Type": "application/json" } });
     }
-    return fetch(input, init);
+    // A stopped pipeline aborts the calls its rollouts still have running (see call-scope.ts).
+    const signal = joinSignals(init?.signal, currentCallScope(this)?.signal);
+    return fetch(input, signal ? { ...init, signal } : init);
   }
 
   protected async runStep(kind: "train" | "train_sft", body: unknown, showProgress: boolean,
-    onEvent?: (event: TrainEvent) => void): Promise<TrainResult> {
+    onEvent?: (event: TrainEvent) => void, signal?: AbortSignal): Promise<TrainResult> {
     const bar = showProgress ? new ProgressLine(kind === "train" ? `train ${this.name}` : `sft ${this.name}`) : null;
     const events: TrainEvent[] = [];
     try {
-      await this.streamStep(kind, body, events, bar, onEvent);
+      await this.streamStep(kind, body, events, bar, onEvent, signal);
     } catch (error) {
       const start = events[0];
-      if (error instanceof ServerUnreachableError && start?.type === "start") throw await this.stepOutcome(error, start.step);
+      if ((error instanceof ServerUnreachableError || error instanceof StoppedError) && start?.type === "start") {
+        throw await this.stepOutcome(error, start.step);
+      }
       throw error;
     }
     const result = events[events.length - 1];
@@ -406,7 +449,7 @@ export class TrainableModel implements ChatModel {
   }
 
   private async streamStep(kind: "train" | "train_sft", body: unknown, events: TrainEvent[], bar: ProgressLine | null,
-    onEvent?: (event: TrainEvent) => void): Promise<void> {
+    onEvent?: (event: TrainEvent) => void, signal?: AbortSignal): Promise<void> {
     await this.backend.stream(`/v1/art/models/${encodeURIComponent(this.name)}/${kind}`, body, (line) => {
       const event = trainEventFromWire(line);
       events.push(event);
@@ -417,14 +460,14 @@ export class TrainableModel implements ChatModel {
         notice(event.message, { seen: this.noticesShown });
       }
       onEvent?.(event);
-    });
+    }, signal);
   }
 
   /**
-   * The connection broke during a step the server had started: the server finishes it on its own (it
-   * commits it whole, or rolls it back whole), so ask where the model ended up and say which.
+   * The connection broke (or was aborted) during a step the server had started: the server finishes it
+   * on its own (it commits it whole, or rolls it back whole), so wait for that and say which.
    */
-  private async stepOutcome(error: ServerUnreachableError, step: number): Promise<ServerUnreachableError> {
+  private async stepOutcome<E extends ServerUnreachableError | StoppedError>(error: E, step: number): Promise<E> {
     let outcome = "call model.getStep() once the server answers to see whether the step was saved";
     try {
       const deadline = Date.now() + 30_000;
@@ -442,7 +485,8 @@ export class TrainableModel implements ChatModel {
     } catch {
       // the server does not answer: the outcome stays unknown
     }
-    return new ServerUnreachableError(`${error.message}. ${outcome}`, { cause: error });
+    const Type = error.constructor as new (message: string, options: { cause: unknown }) => E;
+    return new Type(`${error.message}. ${outcome}`, { cause: error });
   }
 }
 

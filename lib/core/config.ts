@@ -71,6 +71,12 @@ export interface TrainConfig {
    * e.g. the SFT step an RL run started from. A step without a checkpoint is a 400.
    */
   klRefStep?: number;
+  /**
+   * Skip groups with a turn sampled more than this many steps before the step that trains them
+   * (counted as `stale` in `groupsSkippedByReason`). The pipelined `trainLoop` sets it from its own
+   * `maxStepsOffPolicy`; every step reports `policyLagMin/Mean/Max` of its trained tokens either way.
+   */
+  maxStepsOffPolicy?: number;
 }
 
 /** @internal The zod schema that checks a {@link TrainConfig} (the interface documents each field). */
@@ -91,6 +97,7 @@ export const TrainConfigSchema = z.object({
   samplerCorrectionCap: z.number().min(1).max(1e6).optional(),
   lengthNormalization: z.enum(["trajectory", "none"]).optional(),
   klRefStep: z.number().int().min(0).max(1e9).optional(),
+  maxStepsOffPolicy: z.number().int().min(0).max(1e6).optional(),
 }).strict();
 
 /** SFT settings of one step (the server's defaults apply to what is left out). */

@@ -17,9 +17,9 @@ const SERVER_NAMES = [
   "gradient_step", "epoch", "lr", "kind", "nothing_trained", "skip_details", "trained_into_step", "from_step",
   "tokenize_s", "forward_backward_s", "save_s", "reload_s", "sleep_s", "wake_s",
   "sampler_logprob_diff_mean", "sampler_logprob_diff_max", "importance_ratio_mean", "importance_ratio_max",
-  "sampler_weight_mean",
+  "sampler_weight_mean", "policy_lag_min", "policy_lag_mean", "policy_lag_max", "groups_dropped_stale", "groups_retried_stale",
   // reasons in groups_skipped_by_reason
-  "equal_rewards", "missing_tokens", "too_long", "too_small",
+  "equal_rewards", "missing_tokens", "too_long", "too_small", "stale",
 ] as const;
 
 /** `tokenize_s` -> `tokenizeSeconds`, `reward_std` -> `rewardStd`. */

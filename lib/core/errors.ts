@@ -74,3 +74,6 @@ export class ModelCallError extends ArtError {}
 
 /** The Hugging Face Hub refused or failed a request; `cause` holds the Hub client's error. */
 export class HubError extends ArtError {}
+
+/** Work was stopped on purpose: a training loop interrupted (Kernel > Interrupt) or a request aborted by its signal. */
+export class StoppedError extends ArtError {}

@@ -19,7 +19,7 @@ export interface StepMetrics {
   groupsTrained?: number;
   /** Groups skipped. */
   groupsSkipped?: number;
-  /** Why groups were skipped: `equalRewards`, `missingTokens`, `tooLong`, `tooSmall`. */
+  /** Why groups were skipped: `equalRewards`, `missingTokens`, `tooLong`, `tooSmall`, `stale` (past `maxStepsOffPolicy`). */
   groupsSkippedByReason?: Record<string, number>;
   /** Trajectories in the trained groups. */
   trajectoriesTrained?: number;
@@ -57,6 +57,19 @@ export interface StepMetrics {
   importanceRatioMax?: number;
   /** Mean truncated importance weight of `samplerCorrection: "tis"` (1: the sampler agreed; 1 without it). */
   samplerWeightMean?: number;
+  /**
+   * Staleness: how many steps before the step that trains them its trained tokens were sampled
+   * (0: on-policy). Measured from each turn's `policyStep`; absent when no turn says its step.
+   */
+  policyLagMin?: number;
+  /** Mean policy lag per trained token. */
+  policyLagMean?: number;
+  /** The largest policy lag of a trained turn (a pipelined `trainLoop` keeps it at most `maxStepsOffPolicy`). */
+  policyLagMax?: number;
+  /** Pipelined `trainLoop`: groups it dropped before this step for being past `maxStepsOffPolicy`. */
+  groupsDroppedStale?: number;
+  /** Pipelined `trainLoop`: groups it gathered again before this step for being past `maxStepsOffPolicy`. */
+  groupsRetriedStale?: number;
   /** Completion tokens the step trained on. */
   tokensTrained?: number;
   /** SFT: tokens learned from. */

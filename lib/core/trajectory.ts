@@ -27,6 +27,8 @@ export interface SampledChoice {
   readonly logprobs: number[];
   /** The server's provenance tag (which server and base model sampled it), sent back when training. */
   readonly provenance?: string;
+  /** The trained model's step that sampled it (absent for the base model and other endpoints). */
+  readonly policyStep?: number;
   /** The completion's id: a completion recorded by a rollout and pushed by hand is kept once. */
   readonly completionId?: string;
 }
@@ -61,6 +63,7 @@ export function sampledChoice(completion: ChatCompletion, index = 0): SampledCho
   return {
     kind: "choice", choice, promptTokenIds: parsed.data.prompt_token_ids, tokenIds: extra.token_ids, logprobs: logprobs as number[],
     ...(extra.art_provenance ? { provenance: extra.art_provenance } : {}),
+    ...(extra.art_policy_step !== undefined ? { policyStep: extra.art_policy_step } : {}),
     ...(completion.id ? { completionId: completion.id } : {}),
   };
 }
@@ -143,6 +146,15 @@ export class Trajectory {
     return this.messagesAndChoices.filter(isSampledChoice);
   }
 
+  /**
+   * The earliest trained-model step that sampled one of its turns (each recorded turn says its
+   * step), or undefined when no turn says one: how far behind a pipeline's trainer it is.
+   */
+  oldestPolicyStep(): number | undefined {
+    const steps = this.choices().flatMap((c) => (c.policyStep === undefined ? [] : [c.policyStep]));
+    return steps.length ? Math.min(...steps) : undefined;
+  }
+
   /** Completion tokens sampled in this trajectory. */
   sampledTokens(): number {
     return this.choices().reduce((n, c) => n + c.tokenIds.length, 0);
@@ -159,7 +171,8 @@ export class Trajectory {
       messages_and_choices: this.messagesAndChoices.map((item) => isSampledChoice(item)
         ? { kind: "choice", message: assistantMessage(item) as unknown as Record<string, unknown>, prompt_token_ids: item.promptTokenIds,
           token_ids: item.tokenIds, logprobs: item.logprobs, finish_reason: item.choice.finish_reason ?? null,
-          ...(item.provenance ? { art_provenance: item.provenance } : {}) }
+          ...(item.provenance ? { art_provenance: item.provenance } : {}),
+          ...(item.policyStep !== undefined ? { art_policy_step: item.policyStep } : {}) }
         : (item as TrajectoryWire["messages_and_choices"][number])),
       ...(this.tools ? { tools: this.tools } : {}),
       reward: this.reward,

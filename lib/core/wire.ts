@@ -66,6 +66,8 @@ export const SampledChoiceWire = z.object({
   finish_reason: z.string().nullable(),
   /** Which server and base model sampled it (the server checks it when training). */
   art_provenance: z.string().optional(),
+  /** The trained model's step that sampled it. */
+  art_policy_step: z.number().int().min(0).optional(),
 });
 export type SampledChoiceWire = z.infer<typeof SampledChoiceWire>;
 
@@ -88,6 +90,7 @@ export const TokenFields = z.object({
     token_ids: z.array(z.number().int()),
     logprobs: z.object({ content: z.array(z.object({ logprob: z.number().nullable() }).passthrough()).nullable() }).nullable(),
     art_provenance: z.string().optional(),
+    art_policy_step: z.number().int().min(0).optional(),
   }).passthrough()),
 }).passthrough();
 

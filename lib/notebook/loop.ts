@@ -4,14 +4,14 @@
  * @module
  */
 import { z } from "zod";
-import { type GatherProgress, gatherTrajectoryGroups } from "../client/gather";
-import { checkTrainOptions, TrainableModel, type TrainOptions } from "../client/model";
+import { checkTrainOptions, TrainableModel } from "../client/model";
+import { type PipelineOptions, type PipelineResult, type PipelineState, trainPipeline } from "../client/pipeline";
+import { StoppedError } from "../core/errors";
 import { functionOption, parseOptions } from "../core/options";
 import type { HistoryRow } from "../core/results";
 import type { TrajectoryGroup } from "../core/trajectory";
 import { DisplayHandle } from "../display/output";
 import { ProgressLine } from "../display/progress-line";
-import { summarize } from "./evaluate";
 import { type ChartMark, plotHistory } from "./history-plot";
 
 /** Options of {@link trainLoop}. */
@@ -23,7 +23,7 @@ export interface TrainLoopOptions {
   /** The groups of one step: each group's rollouts share a scenario, so GRPO can compare them. */
   groups: (step: number) => TrajectoryGroup[];
   /** GRPO settings (learning rate, ...) passed to `model.train`. */
-  train?: Omit<TrainOptions, "progress">;
+  train?: PipelineOptions["train"];
   /** Every `every` steps (and after the last), run `groups()` and log them as split `val`. */
   evaluate?: {
     /** Evaluate every this many steps. */
@@ -31,12 +31,23 @@ export interface TrainLoopOptions {
     /** The evaluation's groups (the same scenarios each time, for a fair curve). */
     groups: () => TrajectoryGroup[];
   };
+  /**
+   * Steps the rollouts may run ahead of training (default 0: gather, train, evaluate, in turn). With
+   * 1 or 2 the next steps' rollouts run while a step trains, and evaluations run beside training.
+   */
+  maxStepsOffPolicy?: number;
+  /** What happens to a group further behind than `maxStepsOffPolicy`: `"drop"` (default) or `"retry"`. */
+  staleGroups?: "drop" | "retry";
+  /** Rollouts of a step that may throw before the loop stops: a count, or a fraction below 1 (default 0). */
+  maxExceptions?: number;
   /** Metrics drawn on the live chart (default `["reward"]`). */
   metrics?: string[];
   /** Rollouts running at once (default 64). */
   concurrency?: number;
   /** A chart to redraw (default: a new one below the cell). */
   chart?: DisplayHandle;
+  /** Stops the loop (as Kernel > Interrupt does in a notebook): the model stays at its last committed step. */
+  signal?: AbortSignal;
 }
 
 const TrainLoopOptionsSchema = z.object({
@@ -45,9 +56,13 @@ const TrainLoopOptionsSchema = z.object({
   groups: functionOption<(step: number) => TrajectoryGroup[]>(),
   train: z.record(z.string(), z.unknown()).optional(),
   evaluate: z.object({ every: z.number().int().min(1), groups: functionOption<() => TrajectoryGroup[]>() }).strict().optional(),
+  maxStepsOffPolicy: z.number().int().min(0).max(1000).optional(),
+  staleGroups: z.enum(["drop", "retry"]).optional(),
+  maxExceptions: z.number().min(0).optional(),
   metrics: z.array(z.string().min(1)).min(1).optional(),
   concurrency: z.number().int().min(1).max(100_000).optional(),
   chart: z.instanceof(DisplayHandle, { message: "must be a DisplayHandle" }).optional(),
+  signal: z.instanceof(AbortSignal, { message: "must be an AbortSignal" }).optional(),
 }).strict();
 
 /** What a loop did: the history rows at its end, wall time, the chart it drew and the re-runs marked on it. */
@@ -60,6 +75,8 @@ export interface TrainLoopResult {
   chart: DisplayHandle;
   /** Where each later run of this model's loop began in this process (dashed lines on the chart). */
   marks: ChartMark[];
+  /** What each stage did: busy seconds of rollouts and training (and both at once), stale groups. */
+  pipeline: PipelineResult;
 }
 
 // Where each run of a model's training cell began in this kernel; every run after the first is
@@ -84,11 +101,40 @@ function chartCaption(options: TrainLoopOptions): string {
   return `${train} · val: the evaluation rollouts; greedy ones (temperature 0) usually score above sampled ones`;
 }
 
+/** What the progress line says while a pipeline runs: each busy stage, with counts. */
+function describeStages(state: PipelineState): string {
+  const parts: string[] = [];
+  if (state.training) {
+    parts.push(`step ${state.training.step}: training${state.training.gradientStep ? ` (gradient step ${state.training.gradientStep}/${state.training.gradientSteps})` : ""}`);
+  }
+  for (const g of state.gathering) parts.push(`step ${g.step}: gathering ${g.done}/${g.total} rollouts${g.exceptions ? ` (${g.exceptions} failed)` : ""}`);
+  if (state.queued.length) parts.push(`queued: step ${state.queued.join(", ")}`);
+  if (state.evaluating) parts.push(`evaluating step ${state.evaluating.step}: ${state.evaluating.done}/${state.evaluating.total} rollouts`);
+  if (state.staleDropped || state.staleRetried) parts.push(`stale groups: ${state.staleDropped} dropped, ${state.staleRetried} retried`);
+  return parts.join(" · ");
+}
+
+/**
+ * Stops the loop on SIGINT in a notebook kernel: Kernel > Interrupt signals the kernel, and tslab
+ * rejects the cell but cannot stop the promises still running. A plain script keeps Node's
+ * default, so Ctrl-C still ends it. Call it after an await: while a cell's first synchronous part
+ * runs, Node detaches the kernel's SIGINT handlers (vm's breakOnSigint), so none would be seen.
+ */
+function stopOnKernelInterrupt(controller: AbortController): () => void {
+  if (process.env.ART_TS_KERNEL !== "1" && process.listenerCount("SIGINT") === 0) return () => {};
+  const onInterrupt = () => controller.abort(new StoppedError("trainLoop: interrupted (Kernel > Interrupt); the model stays at its last committed step"));
+  process.on("SIGINT", onInterrupt);
+  return () => process.off("SIGINT", onInterrupt);
+}
+
 /**
  * Runs `steps` GRPO steps. From the first second a progress line says what runs (evaluating,
  * gathering a step's rollouts, training on them) with counts and the time; the chart of
  * `metrics` per step (train and val) is redrawn after every step. A point at step s is the
- * rollouts sampled by the model at step s; training on them makes step s + 1.
+ * rollouts sampled by the model at step s; training on them makes step s + 1. With
+ * `maxStepsOffPolicy` above 0 the stages overlap (see {@link trainPipeline}). Interrupting the
+ * kernel stops every rollout and leaves the model at its last committed step; running the cell
+ * again continues from there.
  */
 export async function trainLoop(options: TrainLoopOptions): Promise<TrainLoopResult> {
   parseOptions("trainLoop", TrainLoopOptionsSchema, options);
@@ -107,63 +153,59 @@ export async function trainLoop(options: TrainLoopOptions): Promise<TrainLoopRes
   };
   draw();
   const ticker = setInterval(draw, 1000); // the time moves even while one request runs long
-  const gathering = (what: string) => ({
-    concurrency: options.concurrency ?? 64,
-    progress: false as const,
-    onProgress: (p: GatherProgress) => {
-      phase = `${what} ${p.done}/${p.total} rollouts${p.exceptions ? ` (${p.exceptions} failed)` : ""}`;
-      draw();
-    },
-  });
   const caption = chartCaption(options);
   let marks: ChartMark[] = [];
   const plot = (rows: HistoryRow[], live: boolean) => void plotHistory(rows, metrics, { chart, live, marks, caption });
   let history: HistoryRow[] = [];
+  const controller = new AbortController();
+  const forward = () => controller.abort(options.signal?.reason);
+  options.signal?.addEventListener("abort", forward, { once: true });
+  let release = () => {};
+  let pipeline: PipelineResult;
   try {
     const first = await model.getStep();
+    release = stopOnKernelInterrupt(controller);
     marks = runMarks(model, first);
-    let lastVal = "";
-    const runEval = async (step: number) => {
-      const groups = await gatherTrajectoryGroups(options.evaluate!.groups(), gathering(`evaluating step ${step}:`));
-      const row = await model.log(groups, { split: "val" });
-      lastVal = `val ${Number(row.reward).toFixed(3)} at step ${step}`;
-    };
-    if (options.evaluate && first === 0) await runEval(0);
     // A run that continues (the cell re-run) shows its curve so far right away.
     history = await model.historyRows();
     if (history.length) plot(history, true);
-    for (let i = 0; i < steps; i++) {
-      const step = first + i;
-      const groups = await gatherTrajectoryGroups(options.groups(step), gathering(`step ${step}: gathering`));
-      const { reward } = summarize("train", groups.flatMap((g) => g.trajectories));
-      const stepLine = () => `step ${step} reward ${reward.toFixed(3)}${lastVal ? ` · ${lastVal}` : ""}`;
-      // A role that never got to act in a game (e.g. an operative whose spymaster broke the rules)
-      // has a trajectory without sampled tokens: there is nothing to train on it, so it is left out.
-      for (const group of groups) group.trajectories = group.trajectories.filter((t) => t.choices().length > 0);
-      const trainable = groups.filter((g) => g.trajectories.length > 0);
-      phase = `step ${step}: training`;
-      draw();
-      if (trainable.length) {
-        await model.train(trainable, { ...options.train, progress: false, onEvent: (event) => {
-          if (event.type === "progress") phase = `step ${step}: training (gradient step ${event.gradientStep}/${event.gradientSteps})`;
-          options.train?.onEvent?.(event);
-        } });
-      }
-      completed = i + 1;
-      last = stepLine();
-      if (options.evaluate && ((i + 1) % options.evaluate.every === 0 || i === steps - 1)) await runEval(step + 1);
-      last = stepLine();
-      phase = i + 1 < steps ? `step ${step + 1}: starting` : "";
+    let lastTrain = "";
+    let lastVal = "";
+    const redraw = async () => {
+      last = [lastTrain, lastVal].filter(Boolean).join(" · ");
       history = await model.historyRows();
       plot(history, true);
       draw();
-    }
+    };
+    pipeline = await trainPipeline({
+      model, steps, groups: options.groups, signal: controller.signal,
+      ...(options.train ? { train: options.train } : {}),
+      ...(options.evaluate ? { evaluate: options.evaluate } : {}),
+      ...(options.maxStepsOffPolicy !== undefined ? { maxStepsOffPolicy: options.maxStepsOffPolicy } : {}),
+      ...(options.staleGroups ? { staleGroups: options.staleGroups } : {}),
+      ...(options.maxExceptions !== undefined ? { maxExceptions: options.maxExceptions } : {}),
+      concurrency: options.concurrency ?? 64,
+      onProgress: (state) => {
+        completed = state.stepsDone;
+        phase = describeStages(state);
+        draw();
+      },
+      onStep: async (event) => {
+        if (event.type === "train") lastTrain = `step ${event.step} reward ${event.reward.toFixed(3)}`;
+        else lastVal = `val ${Number(event.row.reward).toFixed(3)} at step ${event.step}`;
+        await redraw();
+      },
+    });
+    phase = "";
   } finally {
+    release();
+    options.signal?.removeEventListener("abort", forward);
     clearInterval(ticker); // also when the first request fails: no line keeps ticking after the cell
     // The last drawing is a plotly bundle, which the saved notebook keeps (also after an error).
+    history = await model.historyRows().catch(() => history);
     if (history.length) plot(history, false);
   }
   const seconds = (Date.now() - started) / 1000;
   progress.finish({ done: completed, total: steps, detail: [last, `${seconds.toFixed(0)} s`].filter(Boolean).join(" · ") });
-  return { history, seconds, chart, marks };
+  return { history, seconds, chart, marks, pipeline };
 }

@@ -212,6 +212,8 @@ class SampledChoice(_Open):
     finish_reason: str | None = None
     # Which server and base model sampled it (see provenance.py); absent on hand-built choices.
     art_provenance: str | None = Field(None, max_length=256)
+    # The trained model's step that sampled it (absent for the base model and hand-built choices).
+    art_policy_step: int | None = Field(None, ge=0, le=10**9)
 
 
 class TrajectoryIn(_Open):
@@ -242,6 +244,7 @@ class GRPOConfigIn(BaseModel):
     sampler_correction_cap: float = Field(2.0, ge=1, le=1e6, allow_inf_nan=False)
     length_normalization: Literal["trajectory", "none"] = "trajectory"
     kl_ref_step: int | None = Field(None, ge=0, le=10**9)
+    max_steps_off_policy: int | None = Field(None, ge=0, le=10**6)
 
 
 class GroupsBody(BaseModel):
@@ -262,6 +265,9 @@ class GroupsBody(BaseModel):
 class TrainRequest(GroupsBody):
     config: GRPOConfigIn = Field(default_factory=GRPOConfigIn)
     serve_previous_during_training: bool = False
+    # What a pipelined client did with groups too far behind before sending this step (recorded in its metrics).
+    stale_groups_dropped: int = Field(0, ge=0, le=10**6)
+    stale_groups_retried: int = Field(0, ge=0, le=10**6)
 
 
 class Conversation(_Open):
@@ -298,6 +304,9 @@ class SFTRequest(BaseModel):
 
 class LogRequest(GroupsBody):
     split: str = Field("val", min_length=1, max_length=64)
+    # The step the groups were sampled at (default: the current one), e.g. an evaluation of step s
+    # logged while step s + 1 trains. At most the current step.
+    step: int | None = Field(None, ge=0, le=10**9)
 
 
 class DeleteCheckpointsRequest(BaseModel):

@@ -19,7 +19,6 @@ from ..engine.base import EngineError
 from ..models.manager import ModelManager, ModelNotFound
 from ..models.resolve import existing_folder
 from ..models.names import NameError_, check_name, split_adapter_name
-from ..provenance import Provenance
 from .errors import ApiError, error_body
 from .schemas import ChatCompletionRequest, Health, LoadAdapterRequest, ModelList, UnloadAdapterRequest
 
@@ -81,6 +80,8 @@ async def complete_chat(body: ChatCompletionRequest, manager: ModelManager, conf
     engine = manager.require_engine()
     payload = body.model_dump(exclude_none=True, mode="json")
     request_id = next(_request_ids)
+    # The step that samples this request (bare names resolve to a step above): each choice says it.
+    policy_step = split_adapter_name(adapter)[1] if adapter is not None else None
     manager.acquire(adapter)  # the adapter stays loaded until this request ends
     if body.stream:
         try:
@@ -89,7 +90,7 @@ async def complete_chat(body: ChatCompletionRequest, manager: ModelManager, conf
         except BaseException:
             manager.release(adapter)
             raise
-        return StreamingResponse(_sse(first, stream, lambda: manager.release(adapter), manager.provenance),
+        return StreamingResponse(_sse(first, stream, lambda: manager.release(adapter), manager.provenance.stream_tagger(policy_step)),
                                  media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     watcher = asyncio.create_task(_cancel_on_disconnect(receive, asyncio.current_task()))
     try:
@@ -97,13 +98,12 @@ async def complete_chat(body: ChatCompletionRequest, manager: ModelManager, conf
     finally:
         watcher.cancel()
         manager.release(adapter)
-    manager.provenance.tag_completion(result)
+    manager.provenance.tag_completion(result, policy_step)
     return Response(orjson.dumps(result), media_type="application/json")
 
 
 async def _sse(first: dict[str, Any], rest: AsyncIterator[dict[str, Any]], done: Callable[[], None],
-               provenance: Provenance) -> AsyncIterator[bytes]:
-    tagger = provenance.stream_tagger()
+               tagger: Callable[[dict[str, Any]], dict[str, Any]]) -> AsyncIterator[bytes]:
     try:
         yield b"data: " + orjson.dumps(tagger(first)) + b"\n\n"
         async for chunk in rest:

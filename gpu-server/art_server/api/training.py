@@ -91,8 +91,9 @@ async def get_model(name: str, request: Request) -> dict[str, Any]:
 async def train(name: str, body: TrainRequest, request: Request) -> StreamingResponse:
     _model(request, name)
     config = GRPOConfig(**body.config.model_dump())
-    return await _stream(manager_of(request).training.train(name, _dump_groups(body.groups), config,
-                                                          body.serve_previous_during_training))
+    return await _stream(manager_of(request).training.train(
+        name, _dump_groups(body.groups), config, body.serve_previous_during_training,
+        {"groups_dropped_stale": body.stale_groups_dropped, "groups_retried_stale": body.stale_groups_retried}))
 
 
 @router.post("/{name}/train_sft", summary="One SFT step (epochs over conversations); streams NDJSON like train")
@@ -109,7 +110,11 @@ async def log_groups(name: str, body: LogRequest, request: Request) -> dict[str,
         check_name("split", body.split)
     except NameError_ as error:
         raise ApiError(400, str(error), "invalid_value", "split") from None
-    return await manager_of(request).training.log(name, body.split, _dump_groups(body.groups))
+    model = _model(request, name)
+    if body.step is not None and body.step > model.step:
+        raise ApiError(400, f"step {body.step} is ahead of {name}'s current step {model.step}: log groups at a step the "
+                            "model has reached (leave step out for the current one)", "invalid_value", "step")
+    return await manager_of(request).training.log(name, body.split, _dump_groups(body.groups), body.step)
 
 
 @router.get("/{name}/history", summary="Metrics rows: one per step and split")

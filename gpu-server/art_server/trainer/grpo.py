@@ -42,6 +42,7 @@ class GRPOConfig:
     sampler_correction_cap: float = 2.0
     length_normalization: str = "trajectory"  # trajectory | none (Dr. GRPO; see prepare)
     kl_ref_step: int | None = None  # the KL penalty's reference: this step's adapter (None: the base model)
+    max_steps_off_policy: int | None = None  # groups with a turn sampled further behind are skipped ("stale")
 
 
 @dataclass
@@ -61,6 +62,16 @@ class Prepared:
     trajectories_trained: int = 0
     sequences_split: int = 0
     skip_details: list[str] = field(default_factory=list)
+    # (policy lag, tokens) of each trained sampled turn that says its step (art_policy_step)
+    lags: list[tuple[int, int]] = field(default_factory=list)
+
+    def lag_metrics(self) -> dict[str, float]:
+        """Staleness of the trained tokens: how many steps behind the trained step sampled them."""
+        tokens = sum(n for _, n in self.lags)
+        if not tokens:
+            return {}
+        return {"policy_lag_min": min(lag for lag, _ in self.lags), "policy_lag_max": max(lag for lag, _ in self.lags),
+                "policy_lag_mean": sum(lag * n for lag, n in self.lags) / tokens}
 
 
 SKIP_MESSAGES = {
@@ -69,11 +80,20 @@ SKIP_MESSAGES = {
                       "OpenAI endpoint, which returns them)",
     "too_long": "a sequence is longer than max_sequence_length",
     "too_small": "the group has fewer than 2 trajectories",
+    "stale": "a turn was sampled more than max_steps_off_policy steps before the step that trains it",
 }
 
 
-def prepare(groups: list[list[dict[str, Any]]], config: GRPOConfig, context_length: int) -> Prepared:
-    """Sequences with advantages and weights; groups that cannot train are counted by reason."""
+def _turn_lags(group: list[dict[str, Any]], step: int) -> list[tuple[int, int]]:
+    """(steps behind `step`, sampled tokens) of each sampled turn that says which step sampled it."""
+    return [(step - item["art_policy_step"], len(item.get("token_ids") or []))
+            for t in group for item in t["messages_and_choices"]
+            if item.get("kind") == "choice" and item.get("art_policy_step") is not None]
+
+
+def prepare(groups: list[list[dict[str, Any]]], config: GRPOConfig, context_length: int, step: int = 0) -> Prepared:
+    """Sequences with advantages and weights; groups that cannot train are counted by reason. `step`
+    is the step being trained from (its policy lag is measured from it)."""
     out = Prepared(groups=len(groups))
     limit = config.max_sequence_length or context_length
     kept: list[tuple[list[Sequence], float]] = []
@@ -86,6 +106,11 @@ def prepare(groups: list[list[dict[str, Any]]], config: GRPOConfig, context_leng
             continue
         if max(rewards) - min(rewards) < 1e-9:
             out.skipped["equal_rewards"] += 1
+            continue
+        lags = _turn_lags(group, step)
+        if config.max_steps_off_policy is not None and any(lag > config.max_steps_off_policy for lag, _ in lags):
+            out.skipped["stale"] += 1
+            out.skip_details.append(f"group {g}: a turn is {max(lag for lag, _ in lags)} steps behind step {step}")
             continue
         try:
             built = [build_sequences(sampled_turns(t)) for t in group]
@@ -101,6 +126,7 @@ def prepare(groups: list[list[dict[str, Any]]], config: GRPOConfig, context_leng
             if abs(advantage) > 0 and sum(s.trained_tokens for s in seqs):
                 kept.append((seqs, advantage))
                 out.sequences_split += splits
+        out.lags.extend(lags)
     # "trajectory": each trajectory weighs the same, its tokens share its weight (a long answer's
     # tokens count less). "none" (Dr. GRPO): every token weighs the same whatever its answer's length
     # (divided by a constant, not by its own length). train_step rescales each gradient step's

@@ -246,7 +246,8 @@ class TrainingService:
                                              f"vocabulary of this base model ({vocab} tokens)")
 
     async def train(self, name: str, groups: list[list[dict[str, Any]]], config: GRPOConfig,
-                    serve_previous: bool = False) -> AsyncIterator[dict[str, Any]]:
+                    serve_previous: bool = False, pipeline: dict[str, int] | None = None) -> AsyncIterator[dict[str, Any]]:
+        """One GRPO step; `pipeline` holds a pipelined client's counts of stale groups (recorded as metrics)."""
         model = self.get(name)
         async with model.lock:
             await self._idle(model)
@@ -259,7 +260,7 @@ class TrainingService:
             def check_and_prepare() -> tuple[list[str], Any, tuple[str, Any] | None]:  # CPU work: off the event loop
                 warnings = check_groups(provenance, groups)
                 self._check_tokens(groups)
-                return warnings, prepare(groups, config, engine.context_length), self._reference(model, config)
+                return warnings, prepare(groups, config, engine.context_length, model.step), self._reference(model, config)
 
             warnings, prepared, ref = await asyncio.to_thread(check_and_prepare)
             ref_slot = ref[0] if ref else None
@@ -272,6 +273,7 @@ class TrainingService:
                 "groups_skipped_by_reason": dict(prepared.skipped),
                 "trajectories_trained": prepared.trajectories_trained,
                 "sequences": len(prepared.items), "sequences_split": prepared.sequences_split,
+                **prepared.lag_metrics(), **{k: v for k, v in (pipeline or {}).items() if v},
             }
             yield {"type": "start", "from_step": from_step, "step": new_step, **metrics}
             for message in warnings:
@@ -450,10 +452,11 @@ class TrainingService:
             model.gate.set()
             model.serve_previous = False
 
-    async def log(self, name: str, split: str, groups: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    async def log(self, name: str, split: str, groups: list[list[dict[str, Any]]], step: int | None = None) -> dict[str, Any]:
         model = self.get(name)
-        await asyncio.to_thread(write_trajectories, model.paths, split, model.step, groups)
-        return append_history(model.paths, model.step, split, group_metrics(groups))
+        step = model.step if step is None else step
+        await asyncio.to_thread(write_trajectories, model.paths, split, step, groups)
+        return append_history(model.paths, step, split, group_metrics(groups))
 
     def history(self, name: str) -> list[dict[str, Any]]:
         return read_history(self.get(name).paths)
