@@ -15,7 +15,8 @@ def choice_item(response: dict[str, Any], choice: dict[str, Any]) -> dict[str, A
     """A sampled choice as the trainer takes it: prompt ids, sampled ids and their logprobs."""
     return {"kind": "choice", "message": choice["message"], "prompt_token_ids": response["prompt_token_ids"],
             "token_ids": choice["token_ids"], "logprobs": [e["logprob"] for e in choice["logprobs"]["content"]],
-            "finish_reason": choice["finish_reason"], "art_provenance": choice["art_provenance"]}
+            "finish_reason": choice["finish_reason"], "art_provenance": choice["art_provenance"],
+            **({"art_policy_step": choice["art_policy_step"]} if "art_policy_step" in choice else {})}
 
 
 def sample(client: httpx.Client, model: str, messages: list[dict], n: int, max_tokens: int, seed: int | None = None,

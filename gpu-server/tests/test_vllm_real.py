@@ -157,6 +157,43 @@ def test_a_grpo_step_on_vllms_samples_matches_its_logprobs_and_serves_the_new_st
     assert chat(client, model="digits@1", messages=PROMPT, max_tokens=3)["model"] == "digits@1"
 
 
+def test_a_pipelined_step_trains_while_vllm_answers_the_previous_step_then_the_new_one(client, vllm):
+    """What trainLoop's pipeline relies on, on vLLM: with serve_previous_during_training the bare name
+    keeps answering while a step trains (art_policy_step: the previous step), and the step hot-loaded
+    at commit answers next; the step reports the staleness of what it trained."""
+    import threading
+
+    assert client.post("/v1/art/models/register", json={"name": "piped", "project": "vllm", "base_model": MODEL}).status_code == 200
+    out = sample(client, "piped", PROMPT, 8, 6, seed=5)
+    assert {ch["art_policy_step"] for ch in out["choices"]} == {0}
+    group = [{"messages_and_choices": [*PROMPT, choice_item(out, ch)], "reward": float(i % 2)} for i, ch in enumerate(out["choices"])]
+    body = {"groups": [group] * 2, "config": {"learning_rate": 1e-4, "micro_batch_size": 1, "gradient_steps": 2},
+            "serve_previous_during_training": True}
+    result: list[dict] = []
+
+    def train() -> None:
+        with vllm.client(timeout=600) as t, t.stream("POST", "/v1/art/models/piped/train", json=body) as r:
+            result.extend(json.loads(line) for line in r.iter_lines() if line.strip())
+
+    thread = threading.Thread(target=train)
+    thread.start()
+    during = []
+    while thread.is_alive() and len(during) < 3:
+        if client.get("/v1/art/models/piped").json()["training"]:
+            started = time.monotonic()
+            answer = sample(client, "piped", PROMPT, 1, 3)
+            during.append((answer["choices"][0]["art_policy_step"], time.monotonic() - started, thread.is_alive()))
+        time.sleep(0.3)
+    thread.join()
+    assert result and result[-1]["type"] == "result" and result[-1]["step"] == 1, result[-1:]
+    served_while_training = [d for d in during if d[2]]
+    assert served_while_training and all(step_ == 0 for step_, _, _ in served_while_training), during
+    assert sample(client, "piped", PROMPT, 1, 3)["choices"][0]["art_policy_step"] == 1
+    assert result[-1]["metrics"]["policy_lag_max"] == 0 and "sleep_s" not in result[-1]["metrics"]
+    print(f"vLLM answered {len(served_while_training)} requests while the step trained "
+          f"(slowest {max(t for _, t, _ in served_while_training):.2f} s)")
+
+
 def test_the_default_model_learns_through_vllm_with_a_fixed_seed(client):
     """test_learning.py's SmolLM2 run (name an empty cell, 30 steps x 8, lr 5e-4, seed 0, fp32), its
     rollouts sampled by vLLM and each new step hot-loaded into it."""
