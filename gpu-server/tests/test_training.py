@@ -273,17 +273,17 @@ def test_every_choice_says_the_step_that_sampled_it_and_groups_log_at_an_earlier
         return [ch.get("art_policy_step") for chunk in chunks for ch in chunk["choices"] if ch.get("finish_reason")]
 
     with trainer.client() as c:
-        register(c, "stepper")
-        assert [ch["art_policy_step"] for ch in sample(c, "stepper", PROMPT, 2, 3)["choices"]] == [0, 0]
-        step(c, "stepper", [sampled_group(c, "stepper", [1, 0])], learning_rate=1e-3)
-        assert [ch["art_policy_step"] for ch in sample(c, "stepper", PROMPT, 1, 3)["choices"]] == [1]
-        assert [ch["art_policy_step"] for ch in sample(c, "stepper@0", PROMPT, 1, 3)["choices"]] == [0]
-        assert streamed_steps(c, "stepper") == [1] and streamed_steps(c, "stepper@0") == [0]
+        register(c, "policy-stepper")
+        assert [ch["art_policy_step"] for ch in sample(c, "policy-stepper", PROMPT, 2, 3)["choices"]] == [0, 0]
+        step(c, "policy-stepper", [sampled_group(c, "policy-stepper", [1, 0])], learning_rate=1e-3)
+        assert [ch["art_policy_step"] for ch in sample(c, "policy-stepper", PROMPT, 1, 3)["choices"]] == [1]
+        assert [ch["art_policy_step"] for ch in sample(c, "policy-stepper@0", PROMPT, 1, 3)["choices"]] == [0]
+        assert streamed_steps(c, "policy-stepper") == [1] and streamed_steps(c, "policy-stepper@0") == [0]
         assert "art_policy_step" not in sample(c, "builtin:tiny", PROMPT, 1, 3)["choices"][0]
-        r = c.post("/v1/art/models/stepper/log", json={"split": "val", "step": 0, "groups": [sampled_group(c, "stepper@0", [1, 0])]})
+        r = c.post("/v1/art/models/policy-stepper/log", json={"split": "val", "step": 0, "groups": [sampled_group(c, "policy-stepper@0", [1, 0])]})
         assert r.status_code == 200 and r.json()["step"] == 0
-        r = c.post("/v1/art/models/stepper/log", json={"split": "val", "step": 2, "groups": [sampled_group(c, "stepper", [1, 0])]})
-        assert r.status_code == 400 and "step 2 is ahead of stepper's current step 1" in r.json()["error"]["message"]
+        r = c.post("/v1/art/models/policy-stepper/log", json={"split": "val", "step": 2, "groups": [sampled_group(c, "policy-stepper", [1, 0])]})
+        assert r.status_code == 400 and "step 2 is ahead of policy-stepper's current step 1" in r.json()["error"]["message"]
 
 
 def test_checkpoint_files_are_downloadable(trainer):
