@@ -29,9 +29,13 @@ export * from "./display/table";
 export * from "./display/progress-line";
 export * from "./display/notice";
 
-export { currentTrajectory } from "./capture/rollout-context";
+export { currentTrajectory, type RecordedRequest } from "./capture/rollout-context";
 export * from "./capture/recording-fetch";
 export * from "./capture/sse-accumulator";
+export * from "./capture/sse-events";
+export * from "./capture/dialect";
+export * from "./capture/responses-dialect";
+export * from "./capture/messages-dialect";
 
 export * from "./client/backend";
 export * from "./client/local-backend";

@@ -1,24 +1,25 @@
-// An agent written with the OpenAI Agents SDK, on its chat-completions model over an `openai` client
-// that uses the model's base URL, key and fetch; tracing off (it would send spans to OpenAI).
+// An agent written with the OpenAI Agents SDK as it comes: its default model (the Responses API),
+// over an `openai` client given the model's base URL, key and fetch (`setDefaultOpenAIClient`);
+// tracing off (it would send spans to OpenAI). The SDK's chat-completions model works the same way.
 //
 //   npx tsx examples/frameworks/agents-sdk.ts
-import { Agent as SdkAgent, OpenAIChatCompletionsModel, run, setTracingDisabled, tool } from "@openai/agents";
-import OpenAI from "openai";
+import { Agent as SdkAgent, run, setDefaultOpenAIClient, setTracingDisabled, tool } from "@openai/agents";
 import { z } from "zod";
+import { AgentsOpenAI as OpenAI } from "./agents-openai"; // in your project: import OpenAI from "openai";
 import { LOOKUP, SYSTEM, trainAgent, type Agent } from "./task";
 
 setTracingDisabled(true);
 
 const agent: Agent = async ({ model, lookupTown }, question) => {
-  const client = new OpenAI({ baseURL: model.baseURL, apiKey: model.apiKey, fetch: model.fetch });
+  setDefaultOpenAIClient(new OpenAI({ baseURL: model.baseURL, apiKey: model.apiKey, fetch: model.fetch }));
   const sdkAgent = new SdkAgent({
     name: "towns",
     instructions: SYSTEM,
-    // The Agents SDK may depend on another major version of `openai` than yours: the client is the same at run time.
-    model: new OpenAIChatCompletionsModel(client as never, model.inferenceName()),
+    model: model.inferenceName(),
     modelSettings: { maxTokens: 48 },
     tools: [tool({ ...LOOKUP, parameters: z.object({ name: z.string() }), execute: ({ name }) => lookupTown(name) })],
   });
+  // An answer cut at maxTokens ends the run with an error (as on OpenAI): its calls are captured all the same.
   const result = await run(sdkAgent, question, { maxTurns: 3 }).catch((error: Error) => ({ finalOutput: `(${error.name})` }));
   return String(result.finalOutput ?? "");
 };

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ServerProcess, start_server
+from dialects import messages_body, responses_body
 from rl import choice_item, sample
 
 EXAMPLES = int(os.environ.get("ART_FUZZ_EXAMPLES", "60"))
@@ -148,8 +149,9 @@ def send(server: ServerProcess, method: str, path: str, body: bytes | None) -> l
                         statuses.append(json.loads(line).get("status", 500))
             else:
                 r.read()
-                if r.status_code == 200 and path.endswith("/chat/completions") and "json" in r.headers.get("content-type", ""):
-                    for choice in r.json()["choices"]:
+                if r.status_code == 200 and "json" in r.headers.get("content-type", ""):
+                    answer = r.json()
+                    for choice in answer["choices"] if path.endswith("/chat/completions") else [answer] if "token_ids" in answer else []:
                         logprobs = [e["logprob"] for e in (choice.get("logprobs") or {}).get("content") or []]
                         assert all(isinstance(x, float) and math.isfinite(x) for x in logprobs), f"garbage sampled: {choice}"
     return statuses
@@ -164,6 +166,8 @@ def routes(group: list[dict]) -> dict[str, tuple[str, str, Any]]:
     return {
         "chat": ("POST", "/v1/chat/completions", {"model": "fuzz", "messages": PROMPT, "max_tokens": 4, "seed": 1,
                                                    "temperature": 1.0, "top_p": 1.0, "logprobs": True}),
+        "responses": ("POST", "/v1/responses", responses_body("fuzz", max_tokens=4)),
+        "messages": ("POST", "/v1/messages", messages_body("fuzz", max_tokens=4)),
         "register": ("POST", "/v1/art/models/register", {"name": "fuzz2", "project": "fuzz", "base_model": "builtin:tiny",
                                                          "lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj"]}}),
         "train": ("POST", "/v1/art/models/fuzz/train", {"groups": [group], "config": {"learning_rate": 1e-4},
@@ -177,7 +181,7 @@ def routes(group: list[dict]) -> dict[str, tuple[str, str, Any]]:
     }
 
 
-@pytest.mark.parametrize("route", ["chat", "register", "train", "train_sft", "log", "delete_checkpoints", "load_adapter", "unload_adapter"])
+@pytest.mark.parametrize("route", ["chat", "responses", "messages", "register", "train", "train_sft", "log", "delete_checkpoints", "load_adapter", "unload_adapter"])
 def test_no_body_gets_a_5xx_or_hangs(fuzz_server, group, route):
     method, path, valid = routes(group)[route]
     assert send(fuzz_server, method, path, json.dumps(valid).encode()) [0] < 500

@@ -22,6 +22,7 @@ import pytest
 from art_server.chat.prompt import prompt_token_ids
 from art_server.engine.vllm import cpu_venv_python
 from conftest import configuration_error, start_server
+from dialects import three_apis
 from rl import choice_item, sample, step
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -110,6 +111,15 @@ def test_a_streamed_answer_has_the_tokens_of_the_same_seeded_json_answer(client)
     ids = [t for ch in chunks for c in ch["choices"] for t in c.get("token_ids", [])]
     text = "".join(c["delta"].get("content") or "" for ch in chunks for c in ch["choices"])
     assert ids == plain["token_ids"] and text == plain["message"]["content"]
+
+
+def test_the_responses_and_messages_apis_render_and_sample_what_chat_does(client):
+    # A tool conversation sent greedily in the three APIs, JSON and streamed (tests/dialects.py).
+    got = three_apis(client, MODEL)
+    prompt, tokens, logprobs, _ = got["chat"]
+    for api in ("responses", "messages", "responses_streamed", "messages_streamed"):
+        assert (got[api][0], got[api][1]) == (prompt, tokens), api
+        assert all(abs(a - b) < 1e-3 for a, b in zip(got[api][2], logprobs)) and got[api][3], api
 
 
 def test_bad_requests_are_the_same_4xx_as_on_the_hf_engine(client, tmp_path):

@@ -1,13 +1,16 @@
 /**
- * The recording fetch: what a model hands to any framework that takes an OpenAI-compatible
- * endpoint and a custom `fetch`. On a trained model's endpoint it asks every chat completion for
- * token ids and logprobs; inside the model's rollout (rollout.ts) it records each completed call,
- * JSON or streamed, into the rollout's trajectory before the caller sees the end of the answer.
+ * The recording fetch: what a model hands to any framework or SDK that takes an endpoint and a
+ * custom `fetch`. It knows three APIs (dialect.ts): chat completions, OpenAI's Responses API and
+ * Anthropic's Messages API. On a trained model's endpoint it asks for token ids and logprobs where
+ * needed; inside the model's rollout (rollout-context.ts) it records each completed call, JSON or
+ * streamed, into the rollout's trajectory before the caller sees the end of the answer.
  * @module
  */
 import type OpenAI from "openai";
-import { debugLog, startCall, type RecordedRequest } from "./rollout-context";
-import { SseAccumulator } from "./sse-accumulator";
+import { chatDialect, type Dialect, type StreamRecorder } from "./dialect";
+import { messagesDialect } from "./messages-dialect";
+import { ResponsesDialect } from "./responses-dialect";
+import { debugLog, startCall } from "./rollout-context";
 
 type ChatCompletion = OpenAI.Chat.Completions.ChatCompletion;
 
@@ -17,57 +20,59 @@ export interface RecordingFetchOptions {
   owner: object;
   /** The model's name, for debug lines. */
   label: string;
-  /** Adds `logprobs: true, return_token_ids: true` to chat completions (our server); false for other endpoints. */
+  /** Asks for token ids where the API needs asking (our server); false for other endpoints. */
   askForTokens: boolean;
   /** The fetch underneath (default: the global fetch). */
   base?: typeof fetch;
 }
 
-/** A fetch that records chat completions into the owner's current rollout (see the module comment). */
+/** A fetch that records model calls into the owner's current rollout (see the module comment). */
 export function recordingFetch(options: RecordingFetchOptions): typeof fetch {
   const base = options.base ?? ((input, init) => fetch(input, init));
+  // Per fetch: the Responses dialect remembers the items of the answers it saw (item_reference).
+  const dialects = { responses: new ResponsesDialect() };
   return async (input, init) => {
-    const url = chatCompletionsUrl(input, init);
-    if (url === null) return base(input, init);
+    const target = modelCall(input, init, dialects);
+    if (target === null) return base(input, init);
+    const { url, dialect } = target;
     const pending = startCall(options.owner);
-    if (!pending) debugLog("%s: a chat completion outside any rollout of this model: not recorded", options.label);
+    if (!pending) debugLog("%s: a %s outside any rollout of this model: not recorded", options.label, dialect.name);
+    const watches = pending !== undefined || dialect === dialects.responses; // its answers' items, for later references
     // Nothing to add to the request and nothing to record: its body is left unread.
-    if (!pending && !options.askForTokens) return base(input, init);
+    if (!watches && !options.askForTokens) return base(input, init);
     try {
-      const call = await readChatCall(url, input, init);
+      const call = await readCall(url, input, init);
       if (!call) {
         pending?.abandon();
         return base(input, init);
       }
-      if (options.askForTokens) call.body = { ...call.body, logprobs: true, return_token_ids: true };
+      call.body = dialect.prepare(call.body, options.askForTokens);
       const response = await base(call.url, { ...call.init, body: JSON.stringify(call.body) });
-      if (!pending) return response;
+      if (!watches) return response;
       if (!response.ok || !response.body) {
-        debugLog("%s: a chat completion answered %d: not recorded", options.label, response.status);
-        pending.abandon();
+        debugLog("%s: a %s answered %d: not recorded", options.label, dialect.name, response.status);
+        pending?.abandon();
         return response;
       }
-      const request: RecordedRequest = {
-        messages: Array.isArray(call.body.messages) ? call.body.messages : [],
-        ...(Array.isArray(call.body.tools) ? { tools: call.body.tools } : {}),
-      };
+      const request = dialect.request(call.body);
       const record = (completion: ChatCompletion | undefined, why: string) => {
+        if (!pending) return;
         if (!completion) {
           debugLog("%s: %s: not recorded", options.label, why);
           pending.abandon();
         } else if (!pending.record(request, completion, options.askForTokens)) {
-          debugLog("%s: a chat completion that ended after its rollout returned: not recorded (its trajectory's logs say so)", options.label);
+          debugLog("%s: a %s that ended after its rollout returned: not recorded (its trajectory's logs say so)", options.label, dialect.name);
         }
       };
-      if (call.body.stream === true) return recordStream(response, record);
+      if (call.body.stream === true) return recordStream(response, dialect.stream(), record);
       const text = await response.text();
-      let completion: ChatCompletion | undefined;
+      let answer: unknown;
       try {
-        completion = JSON.parse(text) as ChatCompletion;
+        answer = JSON.parse(text);
       } catch {
-        completion = undefined;
+        answer = undefined;
       }
-      record(completion?.choices ? completion : undefined, "the answer is not a chat completion");
+      record(dialect.completion(answer), `the answer is not a ${dialect.name}'s answer`);
       return new Response(text, { status: response.status, statusText: response.statusText, headers: cleanHeaders(response.headers) });
     } catch (error) {
       pending?.abandon();
@@ -76,22 +81,31 @@ export function recordingFetch(options: RecordingFetchOptions): typeof fetch {
   };
 }
 
-/** Passes the stream through unchanged, recording the completion it describes when it ends. */
-function recordStream(response: Response, record: (completion: ChatCompletion | undefined, why: string) => void): Response {
-  const accumulator = new SseAccumulator();
+/**
+ * Passes the stream through unchanged, recording the completion it describes once its last event
+ * has been read (before the caller sees it): a client that stops reading there, or cancels the rest
+ * of the body (the `openai` client 7 does, after `[DONE]`), still gets its call recorded.
+ */
+function recordStream(response: Response, recorder: StreamRecorder, record: (completion: ChatCompletion | undefined, why: string) => void): Response {
   const decoder = new TextDecoder();
-  const recorder = new TransformStream<Uint8Array, Uint8Array>({
+  let recorded = false;
+  const recordOnce = () => {
+    if (recorded) return;
+    recorded = true;
+    record(recorder.finish(), recorder.error ? `the stream carried an error (${recorder.error})` : "the stream ended before the answer finished");
+  };
+  const tap = new TransformStream<Uint8Array, Uint8Array>({
     transform(chunk, controller) {
-      accumulator.push(decoder.decode(chunk, { stream: true }));
+      recorder.push(decoder.decode(chunk, { stream: true }));
+      if (recorder.complete) recordOnce();
       controller.enqueue(chunk);
     },
-    // Runs before the caller reads the end of the stream, so the call is in the trajectory by then.
     flush() {
-      accumulator.push(decoder.decode());
-      record(accumulator.finish(), accumulator.error ? `the stream carried an error (${accumulator.error})` : "the stream ended before every choice finished");
+      recorder.push(decoder.decode());
+      recordOnce();
     },
   });
-  return new Response(response.body!.pipeThrough(recorder), { status: response.status, statusText: response.statusText, headers: cleanHeaders(response.headers) });
+  return new Response(response.body!.pipeThrough(tap), { status: response.status, statusText: response.statusText, headers: cleanHeaders(response.headers) });
 }
 
 /** The body was decoded already: a length or encoding header would describe other bytes. */
@@ -110,21 +124,30 @@ function pathOf(url: string): string {
   }
 }
 
-interface ChatCall {
+interface ModelCall {
   url: string;
   init: RequestInit;
   body: Record<string, unknown>;
 }
 
-/** The URL of a POST to `.../chat/completions`, from either form of fetch's arguments; else null. */
-function chatCompletionsUrl(input: Parameters<typeof fetch>[0], init: RequestInit | undefined): string | null {
+/**
+ * The URL and API of a model call (a POST to `.../chat/completions`, `.../responses` or
+ * `.../messages`), from either form of fetch's arguments; else null.
+ */
+function modelCall(input: Parameters<typeof fetch>[0], init: RequestInit | undefined, dialects: { responses: Dialect }): { url: string; dialect: Dialect } | null {
   const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url;
   const method = (init?.method ?? (input instanceof Request ? input.method : "GET")).toUpperCase();
-  return method === "POST" && pathOf(url).endsWith("/chat/completions") ? url : null;
+  if (method !== "POST") return null;
+  const path = pathOf(url);
+  if (path.endsWith("/chat/completions")) return { url, dialect: chatDialect };
+  if (path.endsWith("/responses")) return { url, dialect: dialects.responses };
+  // Not the Assistants API's thread messages, which share the name.
+  if (path.endsWith("/messages") && !path.includes("/threads/")) return { url, dialect: messagesDialect };
+  return null;
 }
 
-/** The JSON body of a chat-completions call to `url`, read from either form of fetch's arguments; else null. */
-async function readChatCall(url: string, input: Parameters<typeof fetch>[0], init: RequestInit | undefined): Promise<ChatCall | null> {
+/** The JSON body of a model call to `url`, read from either form of fetch's arguments; else null. */
+async function readCall(url: string, input: Parameters<typeof fetch>[0], init: RequestInit | undefined): Promise<ModelCall | null> {
   let text: string;
   let rest: RequestInit;
   if (init?.body !== undefined && init.body !== null) {

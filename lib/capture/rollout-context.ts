@@ -90,7 +90,9 @@ export function startCall(owner: object): PendingCall | undefined {
 
 /** What one recorded call sent: the conversation so far and the tools offered. */
 export interface RecordedRequest {
+  /** The conversation the call sends, as chat messages. */
   messages: MessageParam[];
+  /** The tools it offers, as chat tool definitions. */
   tools?: ToolParam[];
 }
 

@@ -6,6 +6,8 @@
  * @module
  */
 import type OpenAI from "openai";
+import type { StreamRecorder } from "./dialect";
+import { eventJson, SseEvents } from "./sse-events";
 
 type ChatCompletion = OpenAI.Chat.Completions.ChatCompletion;
 
@@ -20,8 +22,8 @@ interface ChoiceSoFar {
 }
 
 /** Reads SSE text as it arrives (in any pieces) and builds the completion it describes. */
-export class SseAccumulator {
-  private buffer = "";
+export class SseAccumulator implements StreamRecorder {
+  private readonly events = new SseEvents((data) => this.onData(data));
   private readonly choices = new Map<number, ChoiceSoFar>();
   private promptTokenIds: number[] | undefined;
   private header: { id: string; model: string; created: number } | undefined;
@@ -31,14 +33,7 @@ export class SseAccumulator {
 
   /** Feeds the next piece of the stream's text. */
   push(text: string): void {
-    this.buffer += text;
-    // Events end with a blank line; keep an unfinished one for the next piece.
-    let end: number;
-    while ((end = this.nextEventEnd()) >= 0) {
-      const event = this.buffer.slice(0, end);
-      this.buffer = this.buffer.slice(end).replace(/^(\r?\n){2}/, "");
-      this.onEvent(event);
-    }
+    this.events.push(text);
   }
 
   /** An error the stream carried (an `{"error": ...}` event), if any. */
@@ -51,8 +46,7 @@ export class SseAccumulator {
    * ended before every choice finished (a cut connection, a cancelled request).
    */
   finish(): ChatCompletion | undefined {
-    if (this.buffer.trim()) this.onEvent(this.buffer);
-    this.buffer = "";
+    this.events.end();
     if (this.errorMessage || !this.header || !this.choices.size) return undefined;
     if ([...this.choices.values()].some((c) => c.finishReason === null)) return undefined;
     const choices = [...this.choices.entries()].sort(([a], [b]) => a - b).map(([index, c]) => {
@@ -85,27 +79,19 @@ export class SseAccumulator {
     return this.sawDone;
   }
 
-  private nextEventEnd(): number {
-    const lf = this.buffer.indexOf("\n\n");
-    const crlf = this.buffer.indexOf("\r\n\r\n");
-    if (lf < 0) return crlf;
-    if (crlf < 0) return lf;
-    return Math.min(lf, crlf);
+  /** The stream's end (`[DONE]`) or an error was read. */
+  get complete(): boolean {
+    return this.sawDone || this.errorMessage !== undefined;
   }
 
-  private onEvent(event: string): void {
-    // One event may span several `data:` lines, joined by newlines (the SSE rule).
-    const data = event.split(/\r?\n/).filter((line) => line.startsWith("data:")).map((line) => line.slice(5).replace(/^ /, "")).join("\n");
-    if (!data) return;
+  private onData(data: string): void {
     if (data === "[DONE]") {
       this.sawDone = true;
       return;
     }
-    let chunk: Record<string, unknown>;
-    try {
-      chunk = JSON.parse(data) as Record<string, unknown>;
-    } catch {
-      this.errorMessage = `a stream event is not JSON: ${data.slice(0, 200)}`;
+    const chunk = eventJson(data);
+    if (typeof chunk === "string") {
+      this.errorMessage = chunk;
       return;
     }
     if (chunk.error) {

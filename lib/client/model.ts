@@ -301,6 +301,14 @@ export class TrainableModel implements ChatModel {
     return `${this.backend.url}/v1`;
   }
 
+  /**
+   * The backend's root URL, for SDKs that add `/v1` themselves: Anthropic's,
+   * `new Anthropic({ baseURL: model.serverURL, apiKey: model.apiKey, fetch: model.fetch })`.
+   */
+  get serverURL(): string {
+    return this.backend.url;
+  }
+
   /** The backend's bearer token, as the API key frameworks send. */
   get apiKey(): string {
     return this.backend.token;

@@ -94,6 +94,46 @@ export const TokenFields = z.object({
   }).passthrough()),
 }).passthrough();
 
+/** What training needs of one sample, at the top of a Responses API or Messages API answer (chat's names). */
+export const SampleFields = z.object({
+  prompt_token_ids: z.array(z.number().int()),
+  token_ids: z.array(z.number().int()),
+  logprobs: z.object({ content: z.array(z.object({ logprob: z.number().nullable() }).passthrough()) }),
+  art_provenance: z.string().optional(),
+  art_policy_step: z.number().int().min(0).optional(),
+});
+export type SampleFields = z.infer<typeof SampleFields>;
+
+/** The output items of a Responses API answer that become a chat message (others are skipped). */
+export const ResponseOutputItem = z.discriminatedUnion("type", [
+  z.object({ type: z.literal("message"), id: z.string().optional(), content: z.array(z.object({ type: z.string(), text: z.string().optional() }).passthrough()) }).passthrough(),
+  z.object({ type: z.literal("function_call"), id: z.string().optional(), call_id: z.string(), name: z.string(), arguments: z.string() }).passthrough(),
+]);
+export type ResponseOutputItem = z.infer<typeof ResponseOutputItem>;
+
+/** A Responses API answer, as far as capture reads it. */
+export const ResponseObject = z.object({
+  id: z.string(),
+  created_at: z.number(),
+  model: z.string(),
+  status: z.string(),
+  output: z.array(z.object({ type: z.string() }).passthrough()),
+}).passthrough();
+
+/** A content block of a Messages API answer. */
+export const MessageBlock = z.discriminatedUnion("type", [
+  z.object({ type: z.literal("text"), text: z.string() }).passthrough(),
+  z.object({ type: z.literal("tool_use"), id: z.string(), name: z.string(), input: z.unknown() }).passthrough(),
+]);
+
+/** A Messages API answer, as far as capture reads it. */
+export const MessageObject = z.object({
+  id: z.string(),
+  model: z.string(),
+  content: z.array(z.object({ type: z.string() }).passthrough()),
+  stop_reason: z.string().nullable(),
+}).passthrough();
+
 /** One NDJSON line of a training step. */
 export const TrainLine = z.discriminatedUnion("type", [
   z.object({ type: z.literal("start"), from_step: z.number().int(), step: z.number().int() }).passthrough(),

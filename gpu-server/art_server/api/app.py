@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from .. import __version__
 from ..config import ServerConfig
 from ..models.manager import ModelManager
-from . import serving, training
+from . import dialect_routes, serving, training
 from .auth import TokenGate
 from .chat_route import ChatCompletionsRoute
 from .errors import install_error_handlers
@@ -39,6 +39,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     install_error_handlers(app)
     app.include_router(serving.public)
     app.include_router(serving.router)
+    app.include_router(dialect_routes.router)
     app.include_router(training.router)
     return app
 

@@ -1,6 +1,7 @@
 """Bearer-token authentication, checked ahead of everything else: a request without the right token
 is answered 401 from its headers alone, before any of its body is read or parsed, on every route
-but the public ones (/health, and the API docs when --docs serves them)."""
+but the public ones (/health, and the API docs when --docs serves them). The token comes as
+`Authorization: Bearer <token>`, or as `x-api-key: <token>`, the header Anthropic's SDKs send."""
 
 from __future__ import annotations
 
@@ -33,15 +34,17 @@ class TokenGate:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["path"] in self.public_paths:
             return await self.app(scope, receive, send)
-        authorization = b""
+        authorization = api_key = b""
         has_body = False
         for name, value in scope["headers"]:
             if name == b"authorization":
                 authorization = value
+            elif name == b"x-api-key":
+                api_key = value
             elif (name == b"content-length" and value.strip() not in (b"", b"0")) or name == b"transfer-encoding":
                 has_body = True
         try:
-            check_token(authorization.decode("latin-1"), self.token)
+            check_token((authorization or (b"Bearer " + api_key if api_key else b"")).decode("latin-1"), self.token)
         except ApiError as error:
             body = json.dumps(error_body(401, error.message, error.code)).encode()
             headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import itertools
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -74,46 +74,73 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
 
 async def complete_chat(body: ChatCompletionRequest, manager: ModelManager, config: Any, receive: Any) -> Response:
     """A validated chat-completions request to its response: JSON, or an SSE stream."""
+    if body.stream:
+        chunks = await sample_stream(body, manager, config)
+        return StreamingResponse(_sse(chunks), media_type="text/event-stream", headers=SSE_HEADERS)
+    return Response(orjson.dumps(await sample_json(body, manager, config, receive)), media_type="application/json")
+
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+async def _sampling(body: ChatCompletionRequest, manager: ModelManager, config: Any) -> tuple[str | None, int | None, dict[str, Any]]:
     if body.n > config.max_n:
         raise ApiError(400, f"n={body.n} is over this server's limit of {config.max_n} (--max-n)", "invalid_value", "n")
     adapter = await _resolve(manager, body.model)
-    engine = manager.require_engine()
-    payload = body.model_dump(exclude_none=True, mode="json")
-    request_id = next(_request_ids)
+    manager.require_engine()
     # The step that samples this request (bare names resolve to a step above): each choice says it.
     policy_step = split_adapter_name(adapter)[1] if adapter is not None else None
+    return adapter, policy_step, body.model_dump(exclude_none=True, mode="json")
+
+
+async def sample_json(body: ChatCompletionRequest, manager: ModelManager, config: Any, receive: Any) -> dict[str, Any]:
+    """The tagged `chat.completion` of a request (the other APIs' routes translate it)."""
+    adapter, policy_step, payload = await _sampling(body, manager, config)
     manager.acquire(adapter)  # the adapter stays loaded until this request ends
-    if body.stream:
-        try:
-            stream = engine.chat_completion_stream(payload, adapter, request_id)
-            first = await stream.__anext__()  # errors before the first token still get a status code
-        except BaseException:
-            manager.release(adapter)
-            raise
-        return StreamingResponse(_sse(first, stream, lambda: manager.release(adapter), manager.provenance.stream_tagger(policy_step)),
-                                 media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     watcher = asyncio.create_task(_cancel_on_disconnect(receive, asyncio.current_task()))
     try:
-        result = await engine.chat_completion(payload, adapter, request_id)
+        result = await manager.require_engine().chat_completion(payload, adapter, next(_request_ids))
     finally:
         watcher.cancel()
         manager.release(adapter)
     manager.provenance.tag_completion(result, policy_step)
-    return Response(orjson.dumps(result), media_type="application/json")
+    return result
 
 
-async def _sse(first: dict[str, Any], rest: AsyncIterator[dict[str, Any]], done: Callable[[], None],
-               tagger: Callable[[dict[str, Any]], dict[str, Any]]) -> AsyncIterator[bytes]:
+async def sample_stream(body: ChatCompletionRequest, manager: ModelManager, config: Any) -> AsyncGenerator[dict[str, Any], None]:
+    """The tagged `chat.completion.chunk`s of a streamed request. Errors before the first token raise
+    here (so they still get a status code); later ones (EngineError) raise from the iterator."""
+    adapter, policy_step, payload = await _sampling(body, manager, config)
+    manager.acquire(adapter)
     try:
-        yield b"data: " + orjson.dumps(tagger(first)) + b"\n\n"
+        stream = manager.require_engine().chat_completion_stream(payload, adapter, next(_request_ids))
+        first = await stream.__anext__()
+    except BaseException:
+        manager.release(adapter)
+        raise
+    return _tagged(first, stream, lambda: manager.release(adapter), manager.provenance.stream_tagger(policy_step))
+
+
+async def _tagged(first: dict[str, Any], rest: AsyncIterator[dict[str, Any]], done: Callable[[], None],
+                  tagger: Callable[[dict[str, Any]], dict[str, Any]]) -> AsyncGenerator[dict[str, Any], None]:
+    try:
+        yield tagger(first)
         async for chunk in rest:
-            yield b"data: " + orjson.dumps(tagger(chunk)) + b"\n\n"
-    except EngineError as error:
-        yield b"data: " + orjson.dumps(error_body(error.status, str(error), error.code)) + b"\n\n"
+            yield tagger(chunk)
     finally:
         with contextlib.suppress(Exception):
             await rest.aclose()  # a client that went away cancels its sequences here
         done()
+
+
+async def _sse(chunks: AsyncGenerator[dict[str, Any], None]) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in chunks:
+            yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+    except EngineError as error:
+        yield b"data: " + orjson.dumps(error_body(error.status, str(error), error.code)) + b"\n\n"
+    finally:
+        await chunks.aclose()  # ends the sampling at once when the client went away
     yield b"data: [DONE]\n\n"
 
 

@@ -137,6 +137,7 @@ class ChatStream:
                 delta["content"] = rest
         return chunk_object(self.request_id, self.model, self.created, [{
             "index": index, "delta": delta, "logprobs": None, "finish_reason": final["finish_reason"], "token_ids": [],
+            **({"stop_reason": final["stop_reason"]} if "stop_reason" in final else {}),
         }])
 
     def usage(self, prompt: list[int]) -> dict[str, Any] | None:

@@ -75,17 +75,23 @@ class ChoiceState:
     error: str | None = None
 
 
-def truncate_at_stop(text: str, stop: list[str]) -> tuple[str, bool]:
-    cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
-    return (text[:cut], True) if cut >= 0 else (text, False)
+def truncate_at_stop(text: str, stop: list[str]) -> tuple[str, str | None]:
+    """The text up to the earliest stop string, and that stop string (None when none occurs)."""
+    hits = [(i, s) for s in stop if (i := text.find(s)) >= 0]
+    if not hits:
+        return text, None
+    cut, matched = min(hits)
+    return text[:cut], matched
 
 
 def finish_choice(tokenizer: Any, state: ChoiceState, stop: list[str], parse_tools: bool) -> dict[str, Any]:
-    """The `message` and `finish_reason` of a finished choice."""
+    """The `message` and `finish_reason` of a finished choice, and (vLLM's field) the `stop_reason`
+    string that ended it, when one did."""
     text = tokenizer.decode(state.token_ids, skip_special_tokens=True)
     text, stopped = truncate_at_stop(text, stop)
-    reason = "stop" if stopped else (state.finish_reason or "stop")
+    reason = "stop" if stopped is not None else (state.finish_reason or "stop")
     message: dict[str, Any] = {"role": "assistant", "content": text}
+    extra = {"stop_reason": stopped} if stopped is not None else {}
     if parse_tools:
         content, calls = parse_tool_calls(text)
         if calls:
@@ -94,7 +100,7 @@ def finish_choice(tokenizer: Any, state: ChoiceState, stop: list[str], parse_too
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls
             ]
             reason = "tool_calls"
-    return {"message": message, "finish_reason": reason}
+    return {"message": message, "finish_reason": reason, **extra}
 
 
 def completion_object(request_id: str, model: str, prompt_ids: list[int], choices: list[dict[str, Any]],
@@ -147,8 +153,8 @@ class StreamText:
             return ""
         text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
         text, hit = truncate_at_stop(text, self.stop)
-        end = len(text) if hit else self._safe_end(text)
-        self.stopped = hit
+        end = len(text) if hit is not None else self._safe_end(text)
+        self.stopped = hit is not None
         out = text[self.sent:end]
         self.sent = end
         return out

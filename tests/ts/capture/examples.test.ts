@@ -7,7 +7,7 @@ import path from "node:path";
 import { describe, it } from "node:test";
 import { ROOT } from "../support/helpers";
 
-const EXAMPLES = ["openai", "ai-sdk", "agents-sdk", "langgraph"];
+const EXAMPLES = ["openai", "ai-sdk", "agents-sdk", "anthropic", "langgraph"];
 
 function runExample(name: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {

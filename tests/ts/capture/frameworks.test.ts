@@ -10,8 +10,8 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { z } from "zod";
-import { LocalBackend, TrainableModel, TrajectoryGroup, type Trajectory } from "../../../lib/index";
-import { ANSWER, INSTRUCTIONS, plan, QUESTION, teachToolUse, toolCode, TOOL_DESCRIPTIONS } from "../support/agent-task";
+import { LocalBackend, TrainableModel } from "../../../lib/index";
+import { checkAgent, INSTRUCTIONS, QUESTION, toolCode, TOOL_DESCRIPTIONS } from "../support/agent-task";
 
 const numbers = z.object({ a: z.number(), b: z.number() });
 
@@ -27,30 +27,7 @@ describe("agent frameworks captured by model.rollout", () => {
     await backend?.close();
   });
 
-  /** Teaches a fresh model the task through `agent`, checks the capture, and trains one GRPO step on it. */
-  async function checkFramework(name: string, agent: (model: TrainableModel) => Promise<string>): Promise<Trajectory> {
-    const model = new TrainableModel({ name, project: "frameworks", baseModel: "builtin:tiny" });
-    await model.register(backend);
-    const run = () => model.rollout(async (t) => {
-      const answer = await agent(model);
-      t.reward = answer.includes("35") ? 1 : 0;
-    });
-    const { trajectory } = await teachToolUse(model, run);
-    assert.deepEqual(plan(trajectory), { calls: [["add"], ["multiply"], []], answer: ANSWER });
-    const messages = trajectory.messages();
-    assert.deepEqual(messages.filter((m) => m.role === "user").map((m) => m.content), [QUESTION], "one conversation, not one per call");
-    assert.deepEqual(messages.filter((m) => m.role === "tool").map((m) => String(m.content).replace(/"/g, "")), ["7", "35"]);
-    for (const choice of trajectory.choices()) assert.ok(choice.tokenIds.length > 0 && choice.logprobs.length === choice.tokenIds.length);
-    assert.equal(trajectory.reward, 1);
-    const other = await run();
-    other.reward = 0;
-    const step = await model.getStep();
-    const result = await model.train([new TrajectoryGroup([trajectory, other])], { progress: false });
-    assert.equal(result.step, step + 1);
-    assert.equal(result.metrics.trajectoriesTrained, 2);
-    assert.equal(result.metrics.sequencesSplit, 0, "each call continues the one before: one sequence per trajectory");
-    return trajectory;
-  }
+  const checkFramework = (name: string, agent: (model: TrainableModel) => Promise<string>) => checkAgent(backend, name, agent);
 
   it("the Vercel AI SDK: generateText with two tools over several steps", async () => {
     const { generateText, stepCountIs, tool } = await import("ai");

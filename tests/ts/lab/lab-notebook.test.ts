@@ -76,6 +76,11 @@ async function errorOutputs(page: Page): Promise<string[]> {
 }
 
 /** Replaces the source of the code cell holding `marker` as a user would: click, select all, type. */
+/** The sources of a notebook file's cells. */
+function cellSources(notebook: string): string[] {
+  return (JSON.parse(notebook) as { cells: Array<{ source: string | string[] }> }).cells.map((c) => (Array.isArray(c.source) ? c.source.join("") : c.source));
+}
+
 async function editCell(page: Page, marker: string, source: string): Promise<void> {
   const editor = codeCell(page, marker).locator(".cm-content").first();
   await editor.scrollIntoViewIfNeeded();
@@ -153,8 +158,7 @@ describe("the cookbook in JupyterLab", () => {
     fs.copyFileSync(path.join(ROOT, "notebooks", "tictactoe.ipynb"), path.join(root, "tictactoe.ipynb"));
     fs.copyFileSync(path.join(ROOT, "notebooks", "bring-your-own-agent.ipynb"), path.join(root, "bring-your-own-agent.ipynb"));
     for (const name of COOKBOOK) fs.copyFileSync(path.join(ROOT, "notebooks", name), path.join(root, "saved", name));
-    // The cookbook runs pipelined here (maxStepsOffPolicy 1); the headless notebook tests run it synchronously.
-    lab = await startLab(["--port", "0", "--token", "lab-test", "--root", root], { ART_SMOKE: "1", ART_STEPS: String(STEPS), ART_MAX_STEPS_OFF_POLICY: "1" });
+    lab = await startLab(["--port", "0", "--token", "lab-test", "--root", root], { ART_SMOKE: "1", ART_STEPS: String(STEPS) });
     browser = await launchChromium(chromium);
   });
   after(async () => {
@@ -167,6 +171,10 @@ describe("the cookbook in JupyterLab", () => {
       const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
       await page.goto(`${lab.url}/lab/tree/tictactoe.ipynb?reset&token=${lab.token}`);
       await waitForKernelIdle(page);
+      // Pipelined, as a user turns it on in the parameters cell (the headless notebook tests run it synchronously).
+      const parametersSource = cellSources(fs.readFileSync(path.join(ROOT, "notebooks", "tictactoe.ipynb"), "utf8")).find((s) => s.includes("notebookParams("))!;
+      assert.match(parametersSource, /maxStepsOffPolicy: 0,/);
+      await editCell(page, "notebookParams(", parametersSource.replace("maxStepsOffPolicy: 0,", "maxStepsOffPolicy: 1,"));
       await page.locator(".lm-MenuBar-itemLabel", { hasText: /^Run$/ }).click();
       await page.locator(".lm-Menu-itemLabel", { hasText: /^Run All Cells$/ }).click();
 
@@ -231,8 +239,7 @@ describe("the cookbook in JupyterLab", () => {
       // Tweak the reward, re-run it and the training cell: training continues, the chart gains points.
       const rewardCell = "const REWARD = {";
       const source = fs.readFileSync(path.join(ROOT, "notebooks", "tictactoe.ipynb"), "utf8");
-      const rewardSource = (JSON.parse(source) as { cells: Array<{ source: string | string[] }> }).cells
-        .map((c) => (Array.isArray(c.source) ? c.source.join("") : c.source)).find((s) => s.includes(rewardCell))!;
+      const rewardSource = cellSources(source).find((s) => s.includes(rewardCell))!;
       assert.match(rewardSource, /win: 1,/);
       await editCell(page, rewardCell, rewardSource.replace("win: 1,", "win: 2,"));
       await runCell(page, rewardCell, 60_000);
@@ -245,10 +252,9 @@ describe("the cookbook in JupyterLab", () => {
       await trainingCell.locator(".js-plotly-plot").first().screenshot({ path: path.join(SHOTS, "lab-tictactoe-rerun.png") });
       await page.screenshot({ path: path.join(SHOTS, "lab-tictactoe.png") });
 
-      // Kernel > Interrupt in the middle of a long pipelined run (this Lab runs the notebook with
-      // maxStepsOffPolicy 1): every stage stops, the server goes idle, the model stays at a committed step.
-      const trainingSource = (JSON.parse(source) as { cells: Array<{ source: string | string[] }> }).cells
-        .map((c) => (Array.isArray(c.source) ? c.source.join("") : c.source)).find((s) => s.includes(training))!;
+      // Kernel > Interrupt in the middle of a long pipelined run (the parameters cell set
+      // maxStepsOffPolicy 1 above): every stage stops, the server goes idle, the model stays at a committed step.
+      const trainingSource = cellSources(source).find((s) => s.includes(training))!;
       await editCell(page, training, trainingSource.replace("steps: P.steps,", "steps: 100,"));
       const editor = codeCell(page, training).locator(".cm-content").first();
       await editor.click();

@@ -2,7 +2,8 @@
 // installed into a fresh project outside it from the npm registry alone (no `overrides`, no
 // danfo), the server wheel installed into a fresh virtual environment, then docs/own-project.md's ES
 // module script (top-level await) and a CommonJS script run against the real server, and tsc
-// type-checks both against the package's declarations.
+// type-checks both against the package's declarations, with an agent on the OpenAI Agents SDK's
+// default model given the user's own `openai` client (agents-default-model.mts: no cast).
 //
 // The fresh venv borrows the project venv's site-packages through a .pth file (torch and
 // transformers are ~1 GB; the test installs only the wheel, with --no-index --no-deps, and checks
@@ -63,12 +64,20 @@ describe("art-ts installed into a project outside this repository", { timeout: 9
     for (const file of ["package.json", "tsconfig.json", "train.mts"]) {
       fs.copyFileSync(path.join(ROOT, "examples", "own-project", file), path.join(project, file));
     }
-    fs.copyFileSync(path.join(ROOT, "tests", "ts", "support", "fixtures", "consumer-check.cts"), path.join(project, "consumer-check.cts"));
+    for (const file of ["consumer-check.cts", "agents-default-model.mts"]) {
+      fs.copyFileSync(path.join(ROOT, "tests", "ts", "support", "fixtures", file), path.join(project, file));
+    }
     const started = Date.now();
     await inProject("npm", ["install", "--no-audit", "--no-fund", "--prefer-offline", tarball]);
     // docs/own-project.md's own line for the dev tools, as written (its TypeScript pin included).
     const devTools = guideSteps().find((line) => line.startsWith("npm install -D "))!.split(/\s+/).slice(3);
     await inProject("npm", ["install", "--no-audit", "--no-fund", "--prefer-offline", "--save-dev", ...devTools]);
+    // A framework a user brings: the OpenAI Agents SDK with the `openai` major it uses (docs/frameworks.md),
+    // which differs from art-ts's own (art-ts keeps its copy in its folder).
+    const agentsOpenai = (JSON.parse(fs.readFileSync(path.join(ROOT, "node_modules", "@openai", "agents-openai", "package.json"), "utf8")) as
+      { dependencies: Record<string, string> }).dependencies.openai;
+    await inProject("npm", ["install", "--no-audit", "--no-fund", "--prefer-offline", `@openai/agents@${rootPackage.devDependencies["@openai/agents"]}`,
+      `openai@${agentsOpenai}`]);
     console.log(`npm install in a fresh project: ${((Date.now() - started) / 1000).toFixed(1)} s`);
 
     // The wheel, from the installed package, into a fresh venv in the project.
@@ -112,7 +121,7 @@ describe("art-ts installed into a project outside this repository", { timeout: 9
     assert.ok(guide.includes("```ts\n" + script + "```\n"), "docs/own-project.md's script differs from examples/own-project/train.mts");
   });
 
-  it("tsc type-checks the ES module and the CommonJS consumer against the package's declarations", async () => {
+  it("tsc type-checks the ES module and the CommonJS consumers against the package's declarations (the Agents SDK's default model without a cast)", async () => {
     const result = await inProject(npx("tsc"), ["-p", "tsconfig.json", "--noEmit"]);
     assert.equal(result.all, "");
     // The checker does look into the package: a wrong option is a type error there.

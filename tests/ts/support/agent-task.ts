@@ -5,7 +5,7 @@
 // real framework, driving the real server) follows the plan end to end.
 import assert from "node:assert/strict";
 import {
-  isSampledChoice, type Conversation, type MessageParam, type TrainableModel, type Trajectory,
+  isSampledChoice, TrainableModel, TrajectoryGroup, type Conversation, type LocalBackend, type MessageParam, type Trajectory,
 } from "../../../lib/index";
 
 export const QUESTION = "What is (3 + 4) * 5? Use the tools.";
@@ -62,4 +62,33 @@ export async function teachToolUse(model: TrainableModel, runAgent: () => Promis
     await model.trainSft([...lessons.values()], { learningRate: 2e-2, epochs: 40, batchSize: lessons.size, progress: false });
   }
   assert.fail(`${model.name} did not learn the plan in 6 rounds`);
+}
+
+/**
+ * Teaches a fresh model the task through `agent` (a framework's agent, returning its final text),
+ * checks the capture (one conversation, every call with token ids, the tool results between them)
+ * and trains one GRPO step on it.
+ */
+export async function checkAgent(backend: LocalBackend, name: string, agent: (model: TrainableModel) => Promise<string>): Promise<{ trajectory: Trajectory; model: TrainableModel }> {
+  const model = new TrainableModel({ name, project: "frameworks", baseModel: "builtin:tiny" });
+  await model.register(backend);
+  const run = () => model.rollout(async (t) => {
+    const answer = await agent(model);
+    t.reward = answer.includes("35") ? 1 : 0;
+  });
+  const { trajectory } = await teachToolUse(model, run);
+  assert.deepEqual(plan(trajectory), { calls: [["add"], ["multiply"], []], answer: ANSWER });
+  const messages = trajectory.messages();
+  assert.deepEqual(messages.filter((m) => m.role === "user").map((m) => m.content), [QUESTION], "one conversation, not one per call");
+  assert.deepEqual(messages.filter((m) => m.role === "tool").map((m) => String(m.content).replace(/"/g, "")), ["7", "35"]);
+  for (const choice of trajectory.choices()) assert.ok(choice.tokenIds.length > 0 && choice.logprobs.length === choice.tokenIds.length);
+  assert.equal(trajectory.reward, 1);
+  const other = await run();
+  other.reward = 0;
+  const step = await model.getStep();
+  const result = await model.train([new TrajectoryGroup([trajectory, other])], { progress: false });
+  assert.equal(result.step, step + 1);
+  assert.equal(result.metrics.trajectoriesTrained, 2);
+  assert.equal(result.metrics.sequencesSplit, 0, "each call continues the one before: one sequence per trajectory");
+  return { trajectory, model };
 }
