@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from adapters import train_fixed_answer_adapter
+from conftest import ServerProcess, start_server
 
 PROMPT = [{"role": "user", "content": "Name an empty cell."}]
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
@@ -359,19 +360,30 @@ def test_a_cancelled_stream_frees_its_slot(server, client):
     assert_no_traceback_since(server, logged)
 
 
-def test_a_request_whose_client_gave_up_frees_its_slot(server, client):
-    long = {"model": "builtin:tiny", "messages": PROMPT, "max_tokens": 2000, "n": 4, "seed": 11}
-    whole = client.post("/v1/chat/completions", json=long).json()["usage"]["completion_tokens"]  # seeded: the same every time
-    before = wait_for_idle(client)
-    logged = len(server.stderr_lines)
-    with server.client(timeout=0.3) as c, pytest.raises(httpx.TimeoutException):
-        c.post("/v1/chat/completions", json=long)
-    deadline = time.monotonic() + 10
-    while client.get("/v1/engine/stats").json()["steps"] == before["steps"] and time.monotonic() < deadline:
-        time.sleep(0.05)  # the request has reached the engine
-    generated = wait_for_idle(client, timeout=30)["tokens_generated"] - before["tokens_generated"]
-    assert 0 < generated < whole / 2, f"{generated} of {whole} tokens: generation went on after the client left"
-    assert_no_traceback_since(server, logged)
+@pytest.fixture
+def fresh_server(tmp_path) -> ServerProcess:
+    # A server nothing has trained on: on the session's, after other modules' training steps, the
+    # tiny model decodes several times slower (about 40 s for this test's 8000 tokens, 3 s here).
+    srv = start_server(tmp_path, "--base-model", "builtin:tiny")
+    yield srv
+    srv.stop()
+
+
+def test_a_request_whose_client_gave_up_frees_its_slot(fresh_server):
+    server = fresh_server
+    with server.client() as client:
+        long = {"model": "builtin:tiny", "messages": PROMPT, "max_tokens": 2000, "n": 4, "seed": 11}
+        whole = client.post("/v1/chat/completions", json=long).json()["usage"]["completion_tokens"]  # seeded: the same every time
+        before = wait_for_idle(client)
+        logged = len(server.stderr_lines)
+        with server.client(timeout=0.3) as c, pytest.raises(httpx.TimeoutException):
+            c.post("/v1/chat/completions", json=long)
+        deadline = time.monotonic() + 10
+        while client.get("/v1/engine/stats").json()["steps"] == before["steps"] and time.monotonic() < deadline:
+            time.sleep(0.05)  # the request has reached the engine
+        generated = wait_for_idle(client, timeout=30)["tokens_generated"] - before["tokens_generated"]
+        assert 0 < generated < whole / 2, f"{generated} of {whole} tokens: generation went on after the client left"
+        assert_no_traceback_since(server, logged)
 
 
 def test_many_concurrent_requests_all_succeed(server):
