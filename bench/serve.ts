@@ -12,10 +12,12 @@
 //   npm run bench:serve [-- --rounds 3 --requests-per-level 192 --max-tokens 16 --levels 1,8,32 --dtype auto|float32|bfloat16]
 //   npm run bench:serve -- --model builtin:tiny --levels 1,8,64,256 --requests-per-level 768 --rounds 5
 //   npm run bench:serve -- --engines hf,vllm    (the engines side by side: bench/serve-engines.ts)
+//   npm run bench:serve -- --after-training     (the base model's decode on a fresh server vs one where models trained)
 import fs from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import OpenAI from "openai";
+import { afterTraining } from "./serve-after-training";
 import { compareEngines } from "./serve-engines";
 import { MESSAGES, MODEL_CACHE, ROOT, SYSTEM, lineProcess, median, runRound, startServer, summarize, type Round } from "./serve-common";
 
@@ -28,6 +30,7 @@ const { values } = parseArgs({
     model: { type: "string", default: "HuggingFaceTB/SmolLM2-135M-Instruct" },
     dtype: { type: "string", default: "auto" },
     engines: { type: "string" },
+    "after-training": { type: "boolean", default: false },
   },
 });
 const MAX_TOKENS = Number(values["max-tokens"]);
@@ -40,6 +43,10 @@ async function main() {
   if (values.engines) {
     await compareEngines({ engines: values.engines.split(","), model: values.model, dtype: values.dtype, maxTokens: MAX_TOKENS,
       levels: LEVELS, rounds: ROUNDS, outDir });
+    return;
+  }
+  if (values["after-training"]) {
+    await afterTraining({ model: values.model, dtype: values.dtype, maxTokens: MAX_TOKENS, levels: LEVELS, rounds: ROUNDS, outDir });
     return;
   }
   const dataDir = path.join(ROOT, ".artifacts", "bench", "data");

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from ..compat import cache_kwargs, output_cache
+from . import adapter_switch
 
 
 class HFModelRunner:
@@ -33,12 +34,8 @@ class HFModelRunner:
         from transformers import DynamicCache
 
         peft = self.peft
-        if adapter is None:
-            ctx = peft.disable_adapter() if peft is not None else contextlib.nullcontext()
-        else:
-            peft.set_adapter(self.adapter_slots[adapter])
-            ctx = contextlib.nullcontext()
-        with ctx, torch.inference_mode():
+        slot = None if adapter is None else self.adapter_slots[adapter]
+        with (adapter_switch.use(peft, slot) if peft is not None else contextlib.nullcontext()), torch.inference_mode():
             out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                              **cache_kwargs(self.model, past_key_values if past_key_values is not None else DynamicCache()),
                              use_cache=True, logits_to_keep=1)
@@ -62,13 +59,18 @@ class HFModelRunner:
             if self.peft is not None and slot in self.peft.peft_config:
                 self.peft.delete_adapter(slot)
             raise
+        finally:
+            adapter_switch.forget(self.model)
         old = self.adapter_slots.get(key)
         self.adapter_slots[key] = slot
-        if old:
-            self.peft.delete_adapter(old)
+        peft = self.peft
+        if old and peft is not None:
+            peft.delete_adapter(old)
+            adapter_switch.forget(self.model)
         self.model.eval()
 
     def unload_adapter(self, key: str) -> None:
         slot = self.adapter_slots.pop(key, None)
         if slot and self.peft is not None:
             self.peft.delete_adapter(slot)
+            adapter_switch.forget(self.model)

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..engine import adapter_switch
 
 TORCH_THREADS = torch.get_num_threads()
 
@@ -52,6 +53,7 @@ class LoraHost:
                 self.holder.model = get_peft_model(self.model, config, adapter_name=slot)
             elif slot not in peft.peft_config:
                 peft.add_adapter(slot, config)
+            adapter_switch.forget(self.model)
             self.model.eval()  # no dropout anywhere; LoRA dropout is 0 by default
 
     def slots(self) -> list[str]:
@@ -85,26 +87,32 @@ class LoraHost:
         return [p for n, p in self.model.named_parameters() if marker in n]
 
     def activate(self, slot: str) -> None:
-        """Makes `slot` the active, trainable adapter (PEFT toggles requires_grad on set_adapter)."""
-        self._peft().set_adapter(slot)
-        for p in self.parameters(slot):
-            p.requires_grad_(True)
+        """Makes `slot` the active, trainable adapter. PEFT's set_adapter (which also sets
+        requires_grad) costs time in proportion to every adapter loaded, so it runs only when
+        something changed: serving and reference passes switch adapters without touching this
+        state (engine/adapter_switch.py)."""
+        params = self.parameters(slot)
+        if self._peft().active_adapter != slot or not all(p.requires_grad for p in params):
+            self._peft().set_adapter(slot)
+            for p in params:
+                p.requires_grad_(True)
         if self.device.type == "cpu":
             torch.set_num_threads(self.threads)
 
     @contextlib.contextmanager
     def using(self, slot: str) -> Iterator[None]:
-        """`slot` active for what runs inside (a reference adapter's forward pass); the caller
-        activates its training slot again afterwards."""
-        self._peft().set_adapter(slot)
-        yield
+        """`slot` active for the forward passes inside (a reference adapter's, under no_grad)."""
+        with adapter_switch.use(self._peft(), slot):
+            yield
 
     @contextlib.contextmanager
     def base_only(self) -> Iterator[None]:
-        with self._peft().disable_adapter():
+        """The base model alone for the forward passes inside (under no_grad)."""
+        with adapter_switch.use(self._peft(), None):
             yield
 
     def delete_slot(self, slot: str) -> None:
         with self.lock:
             if self.has_slot(slot):
                 self._peft().delete_adapter(slot)
+                adapter_switch.forget(self.model)
