@@ -104,7 +104,7 @@ def main() -> None:
     print(f"\ntictactoe.ipynb, {a.steps} steps, engine {a.engine} ({os.cpu_count()} cores; the notebook's defaults otherwise; evaluation "
           f"{a.eval_games} greedy games at step 0 and every {a.eval_every or a.steps})")
     print(f"{'k':>2} {'wall s':>7} {'speed-up':>8} {'steps/h':>8} {'rollouts busy':>13} {'training busy':>13} {'both':>6} "
-          f"{'reward @ {:.0f} s'.format(equal_wall):>15} {'val first->last':>16} {'max lag':>7}")
+          f"{f'reward @ {equal_wall:.0f} s':>15} {'val first->last':>16} {'max lag':>7}")
     for r in rows:
         print(f"{r['k']:>2} {r['wall_s']:>7.0f} {sync['wall_s'] / r['wall_s']:>7.2f}x {r['steps_per_hour']:>8.0f} "
               f"{r['rollout_busy']:>12.0%} {r['train_busy']:>13.0%} {r['overlap']:>6.0%} {r['reward_last4_by_equal_wall']:>15.3f} "

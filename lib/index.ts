@@ -5,7 +5,7 @@
  * a folder, so name `index`).
  *
  * The source folders are layers; a file imports only from its own folder or a layer below it
- * (`tests/ts/layers.test.ts` keeps it so). Top to bottom:
+ * (`tests/ts/layers.fast.test.ts` keeps it so). Top to bottom:
  *
  * - `lib/notebook/`: what a notebook cell calls: parameters, connecting, the training loop, charts
  * - `lib/integrations/`: the Hugging Face Hub, the RULER judge, MCP tools

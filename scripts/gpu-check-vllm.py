@@ -73,7 +73,7 @@ class Server:
         self.log: list[str] = []
         threading.Thread(target=lambda: self.log.extend(self.process.stderr), daemon=True).start()
         ready: dict = {}
-        reader = threading.Thread(target=lambda: ready.update(next((json.loads(l) for l in self.process.stdout if l.startswith("{")), {})),
+        reader = threading.Thread(target=lambda: ready.update(next((json.loads(line) for line in self.process.stdout if line.startswith("{")), {})),
                                   daemon=True)
         reader.start()
         reader.join(timeout)

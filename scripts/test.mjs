@@ -1,18 +1,29 @@
 #!/usr/bin/env node
-// Runs every test suite of the project and ends with one line: `N passed, N failed`.
+// Runs the project's test suites and ends with one line: `N passed, N failed, N skipped`, after a
+// short list of what this machine could not test (`not tested here: ...`, from tests that need
+// hardware it lacks, e.g. vLLM without AVX-512 or a GPU: gpu-server/art_server/hardware.py).
 //
-//   node scripts/test.mjs                 all stages
+//   node scripts/test.mjs                 every stage, every test (`npm test`)
+//   node scripts/test.mjs --fast          the fast tier (`npm run test:fast`): the checks, and the tests
+//                                         that start no server, browser or vLLM (*.fast.test.ts, pytest -m fast)
 //   node scripts/test.mjs pytest ts       only the named stages (typecheck, ts, pytest, notebooks)
 //
-// Stages: the strict TypeScript check (and lib/ under tslab's TypeScript 5.0), the TypeScript tests
-// (node's test runner with tsx), the gpu-server's pytest suite, and every notebook executed by
-// nbclient with the project kernel. Set-up is `scripts/setup.mjs`; `npm test` runs it first.
+// Stages: the checks (the strict TypeScript check, lib/ under tslab's TypeScript 5.0, ruff and pyright
+// over the Python), the TypeScript tests (node's test runner with tsx), the gpu-server's pytest suite,
+// and every notebook executed by nbclient with the project kernel. Each test stage prints its slowest
+// tests. Set-up is `scripts/setup.mjs`; `npm test` runs it first.
 import { spawn } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
-import { ARTIFACTS, ROOT, VENV_PYTHON, venvEnv } from "./project.mjs";
+import { ARTIFACTS, ROOT, VENV_BIN, VENV_PYTHON, venvEnv } from "./project.mjs";
 
 const bin = (name) => path.join(ROOT, "node_modules", ".bin", name);
+
+const args = process.argv.slice(2);
+const fast = args.includes("--fast");
+// The fast tier must start no server: LocalBackend gets a server command that fails saying so, and
+// the pytest and browser helpers refuse (ART_TEST_TIER).
+const tierEnv = fast ? { ART_TEST_TIER: "fast", ART_SERVER_COMMAND: path.join(ROOT, "scripts", "fast-tier-server.mjs") } : {};
 
 function findTests(dir, suffix) {
   if (!fs.existsSync(dir)) return [];
@@ -30,11 +41,19 @@ function pytestCounts(output) {
   return { passed: count("passed"), failed: count("failed") + count("errors?"), skipped: count("skipped") };
 }
 
+/** The slowest top-level tests of node's spec reporter (`✔ name (123.4ms)` at the start of a line). */
+function slowestNodeTests(output, n = 15) {
+  const rows = [...output.matchAll(/^[✔✖] (.+) \(([\d.]+)ms\)$/gm)].map((m) => ({ name: m[1], seconds: Number(m[2]) / 1000 }));
+  return rows.sort((a, b) => b.seconds - a.seconds).slice(0, n);
+}
+
 /** Counts from node's test runner (`ℹ pass 3`, `ℹ fail 0`, `ℹ skipped 0`). */
 function nodeTestCounts(output) {
   const count = (word) => Number(output.match(new RegExp(`ℹ ${word} (\\d+)`))?.[1] ?? 0);
   return { passed: count("pass"), failed: count("fail") + count("cancelled"), skipped: count("skipped") };
 }
+
+const PYTHON_SOURCES = ["gpu-server", "scripts", "bench", "tests/notebooks"];
 
 const STAGES = {
   typecheck: [
@@ -44,23 +63,28 @@ const STAGES = {
       cmd: process.execPath,
       args: [path.join(ROOT, "node_modules", "@tslab", "typescript-for-tslab", "bin", "tsc"), "-p", "tsconfig.tslab.json"],
     },
+    { name: "ruff check (Python lint)", cmd: path.join(VENV_BIN, "ruff"), args: ["check", ...PYTHON_SOURCES] },
+    { name: "ruff format --check", cmd: path.join(VENV_BIN, "ruff"), args: ["format", "--check", ...PYTHON_SOURCES] },
+    { name: "pyright (gpu-server types)", cmd: bin("pyright"), args: ["-p", path.join(ROOT, "gpu-server")] },
   ],
   ts: [{
-    name: "TypeScript tests (node:test + tsx)",
+    name: fast ? "TypeScript tests, fast tier (*.fast.test.ts)" : "TypeScript tests (node:test + tsx)",
     cmd: process.execPath,
-    args: ["--import", "tsx", "--test", "--test-reporter=spec", "--test-concurrency=1", ...findTests(path.join(ROOT, "tests", "ts"), ".test.ts")],
+    args: ["--import", "tsx", "--test", "--test-reporter=spec", "--test-concurrency=1",
+      ...findTests(path.join(ROOT, "tests", "ts"), fast ? ".fast.test.ts" : ".test.ts")],
     counts: nodeTestCounts,
-    env: venvEnv(),
+    slowest: slowestNodeTests,
+    env: venvEnv(tierEnv),
   }],
   pytest: [{
-    name: "gpu-server pytest",
+    name: fast ? "gpu-server pytest, fast tier (-m fast)" : "gpu-server pytest",
     cmd: VENV_PYTHON,
-    args: ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", "--durations=15"],
+    args: ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", "--durations=15", ...(fast ? ["-m", "fast"] : [])],
     cwd: path.join(ROOT, "gpu-server"),
     counts: pytestCounts,
-    env: venvEnv(),
+    env: venvEnv(tierEnv),
   }],
-  notebooks: [{
+  notebooks: fast ? [] : [{
     name: "notebooks (nbclient, ART_SMOKE=1)",
     cmd: VENV_PYTHON,
     args: ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", "--durations=10", "tests/notebooks"],
@@ -68,6 +92,13 @@ const STAGES = {
     env: venvEnv({ ART_SMOKE: "1" }),
   }],
 };
+
+/** `[hardware] N skipped: not tested here: ...` lines (gpu-server/tests/hardware_marks.py), as reason -> count. */
+function notTested(output) {
+  const found = new Map();
+  for (const m of output.matchAll(/^\[hardware\] (\d+) skipped: not tested here: (.+)$/gm)) found.set(m[2], (found.get(m[2]) ?? 0) + Number(m[1]));
+  return found;
+}
 
 function runStage(stage) {
   return new Promise((resolve) => {
@@ -91,34 +122,43 @@ function runStage(stage) {
       // A non-zero exit with no failure counted (a crash, a collection error) is a failure.
       if (code !== 0 && counts.failed === 0) counts = { ...counts, failed: 1 };
       if (code === 0 && counts.passed === 0 && stage.counts) counts = { ...counts, failed: counts.failed + 1, noTests: true };
-      resolve({ name: stage.name, code, seconds, ...counts });
+      if (stage.slowest) {
+        console.log(`\n--- slowest tests of this stage ---`);
+        for (const t of stage.slowest(output)) console.log(`${t.seconds.toFixed(1).padStart(8)} s  ${t.name}`);
+      }
+      resolve({ name: stage.name, code, seconds, ...counts, notTested: notTested(output) });
     });
   });
 }
 
 async function main() {
-  const wanted = process.argv.slice(2);
+  const wanted = args.filter((a) => a !== "--fast");
   const unknown = wanted.filter((w) => !(w in STAGES));
   if (unknown.length) {
-    console.error(`unknown stage(s): ${unknown.join(", ")}; stages: ${Object.keys(STAGES).join(", ")}`);
+    console.error(`unknown stage(s) or option(s): ${unknown.join(", ")}; stages: ${Object.keys(STAGES).join(", ")}; option: --fast`);
     process.exit(2);
   }
   fs.mkdirSync(ARTIFACTS, { recursive: true });
+  const started = Date.now();
   const results = [];
   for (const key of wanted.length ? wanted : Object.keys(STAGES)) {
     for (const stage of STAGES[key]) results.push(await runStage(stage));
   }
-  console.log("\n=== summary ===");
+  console.log(`\n=== summary${fast ? " (fast tier)" : ""} ===`);
   for (const r of results) {
     const status = r.failed ? "FAIL" : "ok  ";
-    console.log(`${status} ${r.name.padEnd(40)} ${String(r.passed).padStart(4)} passed ${String(r.failed).padStart(3)} failed` +
+    console.log(`${status} ${r.name.padEnd(46)} ${String(r.passed).padStart(4)} passed ${String(r.failed).padStart(3)} failed` +
       `${r.skipped ? ` ${r.skipped} skipped` : ""}${r.noTests ? " (ran no test)" : ""}  ${r.seconds.toFixed(1)} s`);
   }
-  const passed = results.reduce((n, r) => n + r.passed, 0);
-  const failed = results.reduce((n, r) => n + r.failed, 0);
-  const skipped = results.reduce((n, r) => n + r.skipped, 0);
-  console.log(`${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ""}`);
-  process.exit(failed ? 1 : 0);
+  const notTestedHere = new Map();
+  for (const r of results) for (const [what, n] of r.notTested) notTestedHere.set(what, (notTestedHere.get(what) ?? 0) + n);
+  if (notTestedHere.size) {
+    console.log("\nnot tested here (this machine lacks the hardware; ART_HARDWARE overrides the detection):");
+    for (const [what, n] of notTestedHere) console.log(`  ${what}: ${n} test${n === 1 ? "" : "s"} skipped`);
+  }
+  const total = (key) => results.reduce((n, r) => n + r[key], 0);
+  console.log(`\n${total("passed")} passed, ${total("failed")} failed, ${total("skipped")} skipped in ${((Date.now() - started) / 60000).toFixed(1)} min`);
+  process.exit(total("failed") ? 1 : 0);
 }
 
 main();

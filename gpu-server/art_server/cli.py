@@ -140,11 +140,12 @@ async def serve(config: ServerConfig, log_config: dict) -> None:
              "version": __version__, "data_dir": str(config.data_dir), "base_model": config.base_model}
     write_server_file(config.data_dir, ready)
     print(json.dumps(ready), flush=True)
-    if config.parent_pid:
-        asyncio.create_task(stop_when_gone(config.parent_pid, server))
+    watcher = asyncio.create_task(stop_when_gone(config.parent_pid, server)) if config.parent_pid else None
     try:
         await task
     finally:
+        if watcher is not None:
+            watcher.cancel()
         with contextlib.suppress(OSError):
             (config.data_dir / "server.json").unlink()
 

@@ -8,7 +8,7 @@ import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
-
+from typing import overload
 
 # A configuration that cannot work ends the process with one line and this exit code (EX_CONFIG
 # from sysexits.h); LocalBackend turns it into a ConfigurationError. See preflight.py.
@@ -85,6 +85,10 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+@overload
+def _env(name: str, default: str) -> str: ...
+@overload
+def _env(name: str, default: None) -> str | None: ...
 def _env(name: str, default: str | None) -> str | None:
     return os.environ.get(f"ART_{name}", default)
 

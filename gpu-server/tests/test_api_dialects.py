@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from conftest import ServerProcess, start_server
-from dialects import CALL, chat_body, events, messages_body, responses_body, three_apis
 from art_server.chat import messages_api, responses_api
+
+from conftest import ServerProcess, start_server
+from dialects import CALL, events, messages_body, responses_body, three_apis
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> ServerProcess:
+def server(tmp_path_factory) -> Iterator[ServerProcess]:
     s = start_server(tmp_path_factory.mktemp("dialects"), "--base-model", "builtin:tiny")
     with s.client() as c:
         assert c.post("/v1/art/models/register", json={"name": "dialects", "project": "p", "base_model": "builtin:tiny"}).status_code == 200

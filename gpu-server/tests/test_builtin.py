@@ -10,6 +10,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from art_server.models.builtin import BUILTIN_SPECS, build_tokenizer, builtin_path
 
+pytestmark = pytest.mark.fast  # no server process (docs/development.md#tiers)
+
 SAMPLES = ["Hello <move>B2</move> world, café 123\n\n  x", '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>',
            "left right up down A1 C3", "émoji 🙂 and tabs\t"]
 

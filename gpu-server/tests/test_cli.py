@@ -12,6 +12,7 @@ import pytest
 from art_server.config import ServerConfig, parse_args
 from art_server.models.manager import BaseModelConflict, ModelManager, ModelNotFound
 from art_server.models.resolve import resolve_base_model
+
 from conftest import start_server
 
 
@@ -32,6 +33,7 @@ def test_flags_for_vllm_given_as_a_separate_value_say_to_use_an_equals_sign():
     assert parse_args(["--vllm-args=--max-num-seqs 16"]).vllm_args == "--max-num-seqs 16"
 
 
+@pytest.mark.fast
 def test_loopback_generates_a_token_and_env_vars_match_flags(monkeypatch):
     config = parse_args([])
     assert config.host == "127.0.0.1" and len(config.token) >= 24

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -121,7 +122,7 @@ def mutations(valid: Any) -> st.SearchStrategy[bytes]:
 
 
 @pytest.fixture(scope="module")
-def fuzz_server(tmp_path_factory) -> ServerProcess:
+def fuzz_server(tmp_path_factory) -> Iterator[ServerProcess]:
     s = start_server(tmp_path_factory.mktemp("fuzz"), "--base-model", "builtin:tiny", "--max-body-bytes", "2000000")
     with s.client() as c:
         r = c.post("/v1/art/models/register", json={"name": "fuzz", "project": "fuzz", "base_model": "builtin:tiny"})

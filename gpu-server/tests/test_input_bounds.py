@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -19,7 +20,7 @@ from probe import PROMPT, attempt, group_of, register, report, status_of, train_
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory) -> ServerProcess:
+def srv(tmp_path_factory) -> Iterator[ServerProcess]:
     s = start_server(tmp_path_factory.mktemp("bounds"), "--base-model", "builtin:tiny")
     yield s
     s.stop()

@@ -10,11 +10,12 @@ import threading
 import time
 
 import pytest
+from test_training import PROMPT, register, sampled_group, slow_step_body
 
 from art_server.models.resolve import DEFAULT_BASE_MODEL
+
 from conftest import start_server
 from rl import run_toy_training, sample, step
-from test_training import PROMPT, register, sampled_group, slow_step_body
 
 RISE = 0.3
 

@@ -14,6 +14,8 @@ from art_server.trainer import logprobs
 from art_server.trainer.lora import LoraHost
 from art_server.trainer.sequences import Sequence
 
+pytestmark = pytest.mark.fast  # no server process (docs/development.md#tiers)
+
 
 class Holder:
     def __init__(self, path):

@@ -50,3 +50,15 @@ def test_a_data_dir_that_cannot_be_written_is_one_line(tmp_path):
     assert result.returncode == CONFIG_EXIT_CODE, result.stderr
     assert result.stderr.strip() == f"{CONFIG_ERROR_PREFIX}--data-dir {blocker / 'data'} cannot be written (Not a directory); " \
                                     "pick a folder this user can write"
+
+
+@pytest.mark.skipif(__import__("art_server.engine.vllm", fromlist=["vllm_argv"]).vllm_argv("auto") is not None,
+                    reason="vLLM is installed here: --engine vllm finds it")
+def test_engine_vllm_on_a_machine_that_cannot_run_it_says_why_and_what_to_use(tmp_path):
+    """ART_HARDWARE=no-avx512,no-cuda: the machine as one without AVX-512 and without a GPU."""
+    result = start(tmp_path, "--data-dir", str(tmp_path / "data"), "--engine", "vllm", "--base-model", "builtin:tiny",
+                   env={"ART_HARDWARE": "no-avx512,no-cuda"})
+    assert result.returncode == CONFIG_EXIT_CODE, result.stderr
+    assert result.stderr.strip().endswith(
+        "--engine vllm: no vLLM found (neither the vllm CLI nor .venv-vllm beside this server's venv), and vLLM does not "
+        "run on this machine (needs a Linux x86-64 CPU with AVX-512, or an NVIDIA GPU); use --engine hf (or auto)"), result.stderr

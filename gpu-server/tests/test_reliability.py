@@ -12,18 +12,32 @@ import concurrent.futures
 import json
 import subprocess
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from conftest import ServerProcess, start_server
-from probe import (PROMPT, TIMEOUT, attempt, finite, group_of, health_latencies, register, report, same, status_of,
-                   train_status, weights_of)
+from probe import (
+    PROMPT,
+    TIMEOUT,
+    attempt,
+    finite,
+    group_of,
+    health_latencies,
+    register,
+    report,
+    same,
+    status_of,
+    train_status,
+    weights_of,
+)
 from rl import sample
 
+
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory) -> ServerProcess:
+def srv(tmp_path_factory) -> Iterator[ServerProcess]:
     s = start_server(tmp_path_factory.mktemp("reliable"), "--base-model", "builtin:tiny")
     yield s
     s.stop()
@@ -315,8 +329,8 @@ def test_choices_from_another_base_model_are_refused_and_from_another_server_war
         accepted_untagged, untagged_lines = train_status(c, "prov", [untagged], {"learning_rate": 1e-3})
     assert refused == 400 and "another base model" in refused_lines[0]["error"]["message"]
     assert altered == 400 and "differ from what this server sampled" in altered_lines[0]["error"]["message"]
-    assert accepted == 200 and any(l["type"] == "warning" and "another server" in l["message"] for l in lines)
-    assert accepted_untagged == 200 and any(l["type"] == "warning" and "no art_provenance" in l["message"] for l in untagged_lines)
+    assert accepted == 200 and any(line["type"] == "warning" and "another server" in line["message"] for line in lines)
+    assert accepted_untagged == 200 and any(line["type"] == "warning" and "no art_provenance" in line["message"] for line in untagged_lines)
 
 
 # -- the API's surface ---------------------------------------------------------------------------

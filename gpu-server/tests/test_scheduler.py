@@ -16,6 +16,8 @@ from art_server.engine.hf import _seed_generator, load_hf_engine
 from art_server.engine.sampling import RowParams
 from art_server.engine.scheduler import FinishEvent, Sequence
 
+pytestmark = pytest.mark.fast  # no server process (docs/development.md#tiers)
+
 
 def _run(engine, prompts: list[list[int]], max_tokens: list[int], overlap: int) -> tuple[dict[int, list[int]], int]:
     """Runs the sequences so that `overlap` are in flight at once (a new one joins when one finishes);
@@ -77,7 +79,7 @@ def _submit_together(engine, prompts: list[list[int]], max_tokens: int, seeds: l
     """All sequences in one submission, so they are admitted (and prefilled) as one batch."""
     done = threading.Semaphore(0)
     seqs = [Sequence(f"t{seed}", 0, None, p, max_tokens, RowParams(generator=_seed_generator(seed, 0, engine.device)),
-                     lambda e: isinstance(e, FinishEvent) and done.release(), stream=False) for p, seed in zip(prompts, seeds)]
+                     lambda e: done.release() if isinstance(e, FinishEvent) else None, stream=False) for p, seed in zip(prompts, seeds)]
     engine.scheduler.submit(seqs)
     for _ in seqs:
         assert done.acquire(timeout=60)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -133,7 +134,7 @@ def test_stop_string_truncates_content_and_finishes_with_stop(client):
 
 def test_top_logprobs_are_sorted_and_include_the_greedy_token(client):
     choice = chat(client, temperature=0, max_tokens=5, logprobs=True, top_logprobs=3)["choices"][0]
-    for entry, token_id in zip(choice["logprobs"]["content"], choice["token_ids"]):
+    for entry in choice["logprobs"]["content"]:
         tops = [t["logprob"] for t in entry["top_logprobs"]]
         assert len(tops) == 3 and tops == sorted(tops, reverse=True)
         assert math.isclose(entry["logprob"], tops[0], abs_tol=1e-6)
@@ -350,18 +351,17 @@ def assert_no_traceback_since(server, logged: int) -> None:
 
 def test_a_cancelled_stream_frees_its_slot(server, client):
     logged = len(server.stderr_lines)
-    with server.client() as c:
-        with c.stream("POST", "/v1/chat/completions",
-                      json={"model": "builtin:tiny", "messages": PROMPT, "max_tokens": 2000, "stream": True}) as r:
-            for line in r.iter_lines():
-                if '"token_ids"' in line:
-                    break
+    with server.client() as c, c.stream("POST", "/v1/chat/completions",
+                  json={"model": "builtin:tiny", "messages": PROMPT, "max_tokens": 2000, "stream": True}) as r:
+        for line in r.iter_lines():
+            if '"token_ids"' in line:
+                break
     wait_for_idle(client)
     assert_no_traceback_since(server, logged)
 
 
 @pytest.fixture
-def fresh_server(tmp_path) -> ServerProcess:
+def fresh_server(tmp_path) -> Iterator[ServerProcess]:
     # A server nothing has trained on: on the session's, after other modules' training steps, the
     # tiny model decodes several times slower (about 40 s for this test's 8000 tokens, 3 s here).
     srv = start_server(tmp_path, "--base-model", "builtin:tiny")

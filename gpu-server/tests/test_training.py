@@ -91,9 +91,9 @@ def test_a_grpo_step_streams_progress_then_the_result_and_serves_the_new_step(tr
         register(c, "stepper")
         groups = [sampled_group(c, "stepper", [1, 0, 0, 1, 0, 0, 0, 1], seed=s) for s in range(2)]
         lines = step(c, "stepper", groups, learning_rate=1e-2, gradient_steps=2, micro_batch_size=4)
-        kinds = [l["type"] for l in lines]
+        kinds = [line["type"] for line in lines]
         assert kinds[0] == "start" and kinds[-1] == "result" and kinds.count("progress") == 2
-        progress = [l for l in lines if l["type"] == "progress"][0]
+        progress = next(line for line in lines if line["type"] == "progress")
         for key in ("loss", "grad_norm", "clip_fraction", "approx_kl", "entropy", "lr", "tokens"):
             assert isinstance(progress[key], (int, float)) and math.isfinite(progress[key]), key
         result = lines[-1]
@@ -137,7 +137,7 @@ def test_a_sampler_that_scored_tokens_lower_is_corrected_not_clipped_in_every_gr
             register(c, name)
         groups = [sampled_group(c, "corrected", [1, 0, 0, 1, 0, 0, 0, 1], seed=s) for s in range(2)]
         lines = step(c, "corrected", shifted(groups), learning_rate=1e-9, gradient_steps=2, micro_batch_size=4)
-        progress = [l for l in lines if l["type"] == "progress"]
+        progress = [line for line in lines if line["type"] == "progress"]
         assert [p["clip_fraction"] for p in progress] == [0, 0], progress
         m = lines[-1]["metrics"]
         assert abs(m["importance_ratio_mean"] - 1) < 1e-6 and abs(m["importance_ratio_max"] - 1) < 1e-6, m
@@ -171,7 +171,7 @@ def test_equal_rewards_train_nothing_but_the_step_advances_and_says_why(trainer)
         register(c, "flat")
         groups = [sampled_group(c, "flat", [0.5] * 4), sampled_group(c, "flat", [1.0] * 4, seed=1)]
         lines = step(c, "flat", groups, learning_rate=1e-2)
-    warning = next(l for l in lines if l["type"] == "warning")
+    warning = next(line for line in lines if line["type"] == "warning")
     assert "all rewards in the group are equal" in warning["message"] and "2 groups" in warning["message"]
     result = lines[-1]
     assert result["step"] == 1
@@ -225,11 +225,10 @@ def test_requests_during_training_never_fail_and_wait_for_the_new_step_by_defaul
         done = threading.Event()
 
         def train():
-            with trainer.client() as t:
-                with t.stream("POST", f"/v1/art/models/{name}/train", json=body) as r:
-                    assert r.status_code == 200
-                    for _ in r.iter_lines():
-                        pass
+            with trainer.client() as t, t.stream("POST", f"/v1/art/models/{name}/train", json=body) as r:
+                assert r.status_code == 200
+                for _ in r.iter_lines():
+                    pass
             done.set()
 
         thread = threading.Thread(target=train)
@@ -307,7 +306,7 @@ def test_sft_lowers_the_loss_teaches_the_answers_and_rl_continues_from_it(traine
         register(c, "student")
         lines = step(c, "student", conversations, path="train_sft", learning_rate=2e-2, epochs=40, batch_size=3,
                      schedule="cosine", warmup_ratio=0.1)
-        progress = [l for l in lines if l["type"] == "progress"]
+        progress = [line for line in lines if line["type"] == "progress"]
         assert len(progress) == 40 and progress[-1]["loss"] < 0.2 * progress[0]["loss"]
         assert progress[0]["lr"] < progress[3]["lr"] and progress[-1]["lr"] < progress[10]["lr"]  # warm-up, then cosine
         assert lines[-1]["step"] == 1

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -20,7 +22,7 @@ ROUTES = ["/v1/chat/completions", "/v1/art/models/register", "/v1/art/models/x/t
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory) -> ServerProcess:
+def srv(tmp_path_factory) -> Iterator[ServerProcess]:
     s = start_server(tmp_path_factory.mktemp("untrusted"), "--base-model", "builtin:tiny",
                      "--header-timeout", str(HEADER_TIMEOUT), "--body-timeout", str(BODY_TIMEOUT))
     yield s
@@ -28,7 +30,7 @@ def srv(tmp_path_factory) -> ServerProcess:
 
 
 def rss_mb(pid: int) -> float:
-    for line in open(f"/proc/{pid}/status"):
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
@@ -47,7 +49,7 @@ def answer(sock: socket.socket, wait: float) -> bytes:
         while chunk := sock.recv(65536):
             got += chunk
         return got or b"closed"
-    except socket.timeout:
+    except TimeoutError:
         return got + b"OPEN"
     except ConnectionResetError:
         return got + b"reset"

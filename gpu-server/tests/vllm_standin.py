@@ -23,8 +23,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from art_server.engine.base import EngineError  # noqa: E402
-from art_server.engine.hf import load_hf_engine  # noqa: E402
+from art_server.engine.base import EngineError
+from art_server.engine.hf import load_hf_engine
 
 
 def vllm_error(status: int, message: str) -> JSONResponse:

@@ -55,6 +55,7 @@ export const PROJECT_VARIABLES: ReadonlySet<string> = new Set([
   // set-up, JupyterLab, the kernel, the tests
   "ART_EXTRAS", "ART_TORCH", "ART_PYTHON", "ART_CHROMIUM", "ART_LAB_IP", "ART_LAB_PORT", "ART_LAB_TOKEN", "ART_TS_KERNEL",
   "ART_PROJECT_ROOT", "ART_SMOKE", "ART_NOTEBOOK_CELL_TIMEOUT", "ART_FUZZ_EXAMPLES", "ART_KEEP_PACKAGE_TEST", "ART_RELIABILITY_REPORT",
+  "ART_HARDWARE", "ART_TEST_TIER", "ART_ADAPTER_SWITCH",
 ]);
 
 /** The candidate closest to `name` when it is close enough to be a likely typo or a near name, else undefined. */

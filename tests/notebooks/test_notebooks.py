@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import nbclient
-from jupyter_client.manager import start_new_kernel
 import nbformat
 import pytest
+from jupyter_client.manager import start_new_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
 KERNEL_NAME = "art-typescript"
@@ -308,6 +308,7 @@ def test_codenames_checks_clues_against_the_shipped_fallback_dictionary_when_tol
     assert len(words) > 30_000 and {"ocean", "music", "wave"} <= set(words)
 
 
+@pytest.mark.needs("vllm")
 def test_tictactoe_trains_through_real_vllm_in_smoke_configuration() -> None:
     """The same notebook with `ART_ENGINE=vllm`: vLLM's CPU build serves the rollouts and hot-loads
     each step (npm test sets it up), and the trainer's logprobs match what vLLM sampled with."""

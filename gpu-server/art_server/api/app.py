@@ -30,7 +30,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         yield
         await manager.close()
 
-    docs = {} if config.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
+    docs: dict[str, Any] = {} if config.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
     app = FastAPI(title="art-server", version=__version__, lifespan=lifespan, **docs,
                   description="OpenAI-compatible serving of a base model and its per-step LoRA adapters, "
                               "with GRPO and SFT training. Every route but /health needs `Authorization: Bearer <token>`.")

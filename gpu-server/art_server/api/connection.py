@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from .errors import error_body
-
 
 LINGER_S = 2.0
 
@@ -71,7 +70,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     # -- connection ------------------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
-        super().connection_made(_ClosingGracefully(transport, self))
+        super().connection_made(_ClosingGracefully(transport, self))  # pyright: ignore[reportArgumentType]  (a Transport, wrapped)
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -148,7 +147,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             return
         if self._head_bytes == 0:  # nothing sent yet: close quietly (a 408 could pass for the answer to a request sent now)
             self._refused = True
-            self.transport.raw.close()
+            cast(_ClosingGracefully, self.transport).raw.close()
             return
         self._refuse(408, f"the request head did not arrive within {self.limits.head_timeout_s:g} s (--header-timeout)")
 
@@ -192,12 +191,12 @@ class BoundedHttpProtocol(HttpToolsProtocol):
                                            b"connection: close\r\n\r\n", body]))
         if current is not None and not current.response_complete:
             current.disconnected = True  # the app reads a disconnect, and what it sends is dropped
-        self.logger.info("%s: %d %s", "%s:%d" % self.client if self.client else "client", status, message)
+        self.logger.info("%s: %d %s", f"{self.client[0]}:{self.client[1]}" if self.client else "client", status, message)
         self.close_gracefully()
 
     def close_gracefully(self) -> None:
         """Closes the connection; while its client may still be sending, after a linger (see above)."""
-        raw = self.transport.raw
+        raw = cast(_ClosingGracefully, self.transport).raw
         if self.lingering or raw.is_closing():
             return
         if not (self._body_incoming or (self._in_head and self._head_bytes)):

@@ -263,7 +263,7 @@ class GroupsBody(BaseModel):
 
 
 class TrainRequest(GroupsBody):
-    config: GRPOConfigIn = Field(default_factory=GRPOConfigIn)
+    config: GRPOConfigIn = Field(default_factory=GRPOConfigIn)  # pyright: ignore[reportArgumentType]  (every field has a default)
     serve_previous_during_training: bool = False
     # What a pipelined client did with groups too far behind before sending this step (recorded in its metrics).
     stale_groups_dropped: int = Field(0, ge=0, le=10**6)
@@ -291,7 +291,7 @@ class SFTConfigIn(BaseModel):
 class SFTRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     conversations: list[Conversation] = Field(min_length=1, max_length=100_000)
-    config: SFTConfigIn = Field(default_factory=SFTConfigIn)
+    config: SFTConfigIn = Field(default_factory=SFTConfigIn)  # pyright: ignore[reportArgumentType]  (every field has a default)
 
     @model_validator(mode="after")
     def _bounded_work(self) -> SFTRequest:

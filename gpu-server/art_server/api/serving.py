@@ -10,15 +10,15 @@ import os
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
-from fastapi import APIRouter, Request
 import orjson
+from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from .. import __version__
 from ..engine.base import EngineError
 from ..models.manager import ModelManager, ModelNotFound
-from ..models.resolve import existing_folder
 from ..models.names import NameError_, check_name, split_adapter_name
+from ..models.resolve import existing_folder
 from .errors import ApiError, error_body
 from .schemas import ChatCompletionRequest, Health, LoadAdapterRequest, ModelList, UnloadAdapterRequest
 
@@ -41,7 +41,7 @@ async def health(request: Request) -> Health:
 
 @router.get("/v1/models", response_model=ModelList, summary="The base model and every served adapter step")
 async def list_models(request: Request) -> ModelList:
-    return ModelList(data=manager_of(request).listing())
+    return ModelList.model_validate({"data": manager_of(request).listing()})
 
 
 @router.get("/v1/engine/stats", summary="Engine load: pending and running sequences, tokens generated")
@@ -97,7 +97,9 @@ async def sample_json(body: ChatCompletionRequest, manager: ModelManager, config
     """The tagged `chat.completion` of a request (the other APIs' routes translate it)."""
     adapter, policy_step, payload = await _sampling(body, manager, config)
     manager.acquire(adapter)  # the adapter stays loaded until this request ends
-    watcher = asyncio.create_task(_cancel_on_disconnect(receive, asyncio.current_task()))
+    this = asyncio.current_task()
+    assert this is not None  # a request handler runs as a task
+    watcher = asyncio.create_task(_cancel_on_disconnect(receive, this))
     try:
         result = await manager.require_engine().chat_completion(payload, adapter, next(_request_ids))
     finally:
@@ -121,7 +123,7 @@ async def sample_stream(body: ChatCompletionRequest, manager: ModelManager, conf
     return _tagged(first, stream, lambda: manager.release(adapter), manager.provenance.stream_tagger(policy_step))
 
 
-async def _tagged(first: dict[str, Any], rest: AsyncIterator[dict[str, Any]], done: Callable[[], None],
+async def _tagged(first: dict[str, Any], rest: AsyncGenerator[dict[str, Any], None], done: Callable[[], None],
                   tagger: Callable[[dict[str, Any]], dict[str, Any]]) -> AsyncGenerator[dict[str, Any], None]:
     try:
         yield tagger(first)

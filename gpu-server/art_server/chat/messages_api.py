@@ -10,14 +10,23 @@ message to continue) is a 400 naming the field.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any, Literal
 
 from pydantic import Field, JsonValue
 
 from ..api.schemas import MAX_TOKEN_ID, MAX_TOKENS_PER_SEQUENCE, JsonObject
-from .dialect import Forbidding, StreamedSample, arguments_object, arguments_text, invalid, new_id, sample_fields, text_of, unsupported
+from .dialect import (
+    Forbidding,
+    StreamedSample,
+    arguments_object,
+    arguments_text,
+    invalid,
+    new_id,
+    sample_fields,
+    text_of,
+    unsupported,
+)
 
 TEXT_BLOCKS = ("text",)
 STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens"}

@@ -151,7 +151,7 @@ def _messages(request: ResponsesRequest) -> list[dict[str, Any]]:
                               "and model.fetch expands the ones it saw")
         elif kind == "reasoning":
             raise unsupported(f"{where}.type", "a reasoning item")
-        elif isinstance(kind, str) and (kind.endswith("_call") or kind.endswith("_call_output")):
+        elif isinstance(kind, str) and (kind.endswith(("_call", "_call_output"))):
             raise unsupported(f"{where}.type", f"a built-in tool's item ({kind!r})", "only function tools are served")
         else:
             raise invalid(f"{where}.type", f"{str(kind)[:80]!r} is not an input item type this server knows "

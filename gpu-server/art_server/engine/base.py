@@ -8,7 +8,7 @@ the sampled `token_ids` and their logprobs (vLLM's field names, so both engines 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ class Engine(ABC):
         Cancelling the awaiting task (the client went away) stops generating and frees the slot."""
 
     @abstractmethod
-    def chat_completion_stream(self, body: dict[str, Any], adapter: str | None, request_id: str) -> AsyncIterator[dict[str, Any]]:
+    def chat_completion_stream(self, body: dict[str, Any], adapter: str | None, request_id: str) -> AsyncGenerator[dict[str, Any], None]:
         """`chat.completion.chunk` objects; closing the iterator early cancels the request."""
 
     @abstractmethod

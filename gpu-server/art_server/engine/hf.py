@@ -9,7 +9,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -181,7 +181,7 @@ class HFEngine(Engine):
         return self.frontend.completion(request_id, self._model_name(body), prompt, states, body)
 
     async def chat_completion_stream(self, body: dict[str, Any], adapter: str | None,
-                                     request_id: str) -> AsyncIterator[dict[str, Any]]:
+                                     request_id: str) -> AsyncGenerator[dict[str, Any], None]:
         prompt, seqs, queue = await self._stream_events(body, adapter, request_id)
         chunks = ChatStream(self.frontend, request_id, self._model_name(body), int(time.time()), body, len(seqs))
         pending = len(seqs)
@@ -248,7 +248,7 @@ def load_hf_engine(base_model: str, model_path: str | Path, device: str = "auto"
     torch_dtype = choose_dtype(dtype, torch_device, model_path)
     started = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(str(model_path), local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch_dtype, local_files_only=True).to(torch_device)
+    model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch_dtype, local_files_only=True).to(torch_device)  # pyright: ignore[reportArgumentType]  (transformers' stubs type .to() oddly)
     model.eval()
     # PEFT writes this into every adapter_config.json as base_model_name_or_path: the id a user
     # loads the base by elsewhere (e.g. the Hub id), not this machine's cache folder.

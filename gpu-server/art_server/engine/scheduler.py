@@ -88,9 +88,10 @@ class _Batch:
         self.adapter = adapter
         self.seqs = seqs
         self.cache: Any = None
-        self.mask: torch.Tensor | None = None
-        self.positions: torch.Tensor | None = None
-        self.last_tokens: torch.Tensor | None = None
+        # Set by the batch's prefill, before any step reads them.
+        self.mask: torch.Tensor
+        self.positions: torch.Tensor
+        self.last_tokens: torch.Tensor
 
 
 class BatchScheduler:
@@ -196,9 +197,9 @@ class BatchScheduler:
     def _drop_cancelled_pending(self) -> None:
         if not self._cancelled:
             return
-        for queue in self._pending.values():
-            for seq in [s for s in queue if s.request_id in self._cancelled]:
-                queue.remove(seq)
+        for waiting in self._pending.values():
+            for seq in [s for s in waiting if s.request_id in self._cancelled]:
+                waiting.remove(seq)
                 seq.emit(FinishEvent(seq.index, "cancelled"))
         live = {s.request_id for b in self._running for s in b.seqs} | {s.request_id for q in self._pending.values() for s in q}
         self._cancelled &= live
@@ -206,17 +207,17 @@ class BatchScheduler:
     def _admit(self) -> list[_Batch]:
         room = self.max_batch_size - sum(len(b.seqs) for b in self._running)
         admitted = []
-        for adapter, queue in self._pending.items():
-            if not queue or room <= 0:
+        for adapter, waiting in self._pending.items():
+            if not waiting or room <= 0:
                 continue
             running = sum(len(b.seqs) for b in self._running if b.adapter == adapter)
             # Joining a running batch costs a prefill forward; gather a few arrivals per join
             # (at most `admit_every` steps of waiting) instead of prefilling each one alone.
-            if running and len(queue) < max(1, running // 4) and self._waited[adapter] < self.admit_every:
+            if running and len(waiting) < max(1, running // 4) and self._waited[adapter] < self.admit_every:
                 self._waited[adapter] += 1
                 continue
             self._waited[adapter] = 0
-            take = [queue.popleft() for _ in range(min(room, len(queue)))]
+            take = [waiting.popleft() for _ in range(min(room, len(waiting)))]
             room -= len(take)
             admitted.append(_Batch(adapter, take))
         return admitted
@@ -358,8 +359,8 @@ class BatchScheduler:
         for batch in self._running:
             for seq in batch.seqs:
                 seq.emit(ErrorEvent(seq.index, message))
-        for queue in self._pending.values():
-            for seq in queue:
+        for waiting in self._pending.values():
+            for seq in waiting:
                 seq.emit(ErrorEvent(seq.index, message))
 
 

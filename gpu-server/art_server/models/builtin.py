@@ -126,8 +126,8 @@ def build_tokenizer(spec: BuiltinSpec):
     vocab_model = json.loads(bpe.to_str())["model"]
     merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in vocab_model["merges"]]
     tokenizer = Qwen2Tokenizer(
-        vocab=vocab_model["vocab"], merges=merges,
-        unk_token=None, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        vocab=vocab_model["vocab"], merges=merges,  # pyright: ignore[reportArgumentType]  (tuples, as tokenizers gives them)
+        unk_token=None, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>",  # pyright: ignore[reportArgumentType]  (Qwen2 has no unk token)
     )
     tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in DOMAIN_TOKENS])
@@ -154,7 +154,7 @@ def build_model(spec: BuiltinSpec, vocab_size: int, eos_token_id: int, pad_token
         eos_token_id=eos_token_id,
         pad_token_id=pad_token_id,
         bos_token_id=None,
-        torch_dtype="float32",
+        torch_dtype="float32",  # pyright: ignore[reportCallIssue]  (the saved config's field; its hash keys the built model)
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
@@ -175,6 +175,7 @@ def builtin_path(name: str, data_dir: Path) -> Path:
         tokenizer = build_tokenizer(spec)
         eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
         pad = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+        assert isinstance(eos, int) and isinstance(pad, int)  # one token, one id
         model = build_model(spec, len(tokenizer), eos, pad)
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)

@@ -133,6 +133,7 @@ class ModelManager:
         engine = self.require_engine()
         if checked:
             if self._base_shapes is None:
+                assert self.base_path is not None  # require_engine: a base model is loaded
                 self._base_shapes = await asyncio.to_thread(base_weight_shapes, self.base_path)
             try:
                 await asyncio.to_thread(check_adapter_folder, path, self._base_shapes)

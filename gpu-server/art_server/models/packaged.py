@@ -112,7 +112,7 @@ def _convert(gguf: Path, model_id: str, out: Path) -> None:
     # write the float weights and a plain config ourselves. Tied weights are stored once.
     config = model.config
     config.quantization_config = None
-    del config.quantization_config
+    del config.quantization_config  # pyright: ignore[reportAttributeAccessIssue]  (set just above)
     config.dtype = "bfloat16"  # the original checkpoint's dtype (what --dtype auto goes by); weights stay fp32
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
     if getattr(config, "tie_word_embeddings", False):

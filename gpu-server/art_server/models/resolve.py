@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .builtin import builtin_names, builtin_path, is_builtin
 from . import packaged
+from .builtin import builtin_names, builtin_path, is_builtin
 from .packaged import PACKAGED_MODELS, PackagedModelMissing, converted_path, missing_package_message
 
 DEFAULT_BASE_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"

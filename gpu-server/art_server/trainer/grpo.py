@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from .logprobs import Batch, pad_batch, token_logprobs
 from .guard import StepGuard
+from .logprobs import Batch, pad_batch, token_logprobs
 from .lora import LoraHost
 from .loss import group_advantages, grpo_token_loss, truncated_is_weights
 from .parallel import DistributedSync, LocalSync, accumulate, padded
@@ -260,6 +260,7 @@ def _micro_step(host: LoraHost, slot: str, batch: Batch, micro: list[TrainItem],
     advantages = torch.tensor([it.advantage for it in micro], dtype=torch.float32, device=host.device)[seq_index]
     weights = torch.tensor([it.weight * weight_scale for it in micro], dtype=torch.float32, device=host.device)[seq_index]
     new, entropy = token_logprobs(model, batch, config.temperature, with_entropy=True)
+    assert entropy is not None  # with_entropy=True
     old, sampler_weights = sampler, None
     if config.sampler_correction == "tis":
         old = new.detach() if trainer_old is None else trainer_old

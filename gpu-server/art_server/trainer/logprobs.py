@@ -126,7 +126,7 @@ def hidden_states(model: Any, batch: Batch) -> torch.Tensor:
     for layer in cache.layers:  # each row sees its prompt's keys and values (gradients flow back)
         layer.keys = layer.keys.index_select(0, batch.row_prompt)
         layer.values = layer.values.index_select(0, batch.row_prompt)
-    rows, width = batch.input_ids.shape
+    width = batch.input_ids.shape[1]
     positions = batch.prompt_lengths[:, None] + torch.arange(width, device=batch.input_ids.device)[None]
     mask = torch.cat([batch.prompt_mask.index_select(0, batch.row_prompt), batch.attention_mask], dim=1)
     out = decoder(input_ids=batch.input_ids, attention_mask=mask, position_ids=positions, use_cache=True,

@@ -24,7 +24,7 @@ import heapq
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import torch
@@ -69,11 +69,11 @@ def shard_by_tokens(items: Sequence[T], ranks: int, rank: int, tokens: Callable[
     return [items[i] for i in sorted(mine)]
 
 
-def accumulate(total: Counter, part: dict[str, float]) -> None:
+def accumulate(total: Counter, part: Mapping[str, float]) -> None:
     """Adds `part` into `total`: keys ending in `_max` keep the largest value, others sum. (Not
     Counter's +=, which drops negative sums: a loss can be below 0.)"""
     for key, value in part.items():
-        total[key] = max(total.get(key, value), value) if key.endswith("_max") else total.get(key, 0) + value
+        total[key] = max(total.get(key, value), value) if key.endswith("_max") else total.get(key, 0) + value  # pyright: ignore[reportArgumentType]  (a Counter of floats)
 
 
 def merge(parts: list[dict[str, float]]) -> Counter:
@@ -156,7 +156,7 @@ class DistributedSync:
         """Steps 1-2: statuses to rank 0, its decision back. Raises RankFailed when any rank failed."""
         gathered: list[Any] | None = [None] * self.world if self.rank == 0 else None
         self.comm(self.dist.gather_object, status, gathered, dst=0)
-        decision = [None]
+        decision: list[Any] = [None]
         if self.rank == 0:
             failed = [(r, s["error"]) for r, s in enumerate(gathered or []) if not s["ok"]]
             decision = [{"go": not failed, "failed": failed}]

@@ -51,7 +51,7 @@ class Holder:
         if self.source == (path, dtype, shard):
             return
         started = datetime.datetime.now()
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), local_files_only=True).to(self.device)
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), local_files_only=True).to(self.device)  # pyright: ignore[reportArgumentType]  (transformers' stubs type .to() oddly)
         self.model.eval()
         if shard:
             shard_base(self.model)
@@ -125,7 +125,7 @@ def run_step(header: dict[str, Any], holder: Holder, host: LoraHost, sync: Distr
 def main(argv: list[str] | None = None) -> None:
     import torch.distributed as dist
 
-    p = argparse.ArgumentParser(prog="art-server rank", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="art-server rank", description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--device", default="auto", help="this rank's device: cpu, cuda:<i>, or auto (cuda:$LOCAL_RANK with "
                                                     "CUDA, as torchrun numbers a node's processes, else cpu)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads for this rank (0: torch's default)")

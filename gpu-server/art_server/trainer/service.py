@@ -26,19 +26,26 @@ from typing import Any
 import torch
 
 from ..engine.base import Engine
+from ..faults import fail_once
 from ..models.names import adapter_key
 from ..models.trainable import LoraSpec, RegistrationError, TrainableModel, register, save_step
-from ..store import checkpoints as ckpt
 from ..provenance import check_groups
-from ..store.history import (append_history, append_row, group_metrics, link_step_trajectories, read_history,
-                             trajectory_rows, write_trajectories)
+from ..store import checkpoints as ckpt
+from ..store.history import (
+    append_history,
+    append_row,
+    group_metrics,
+    link_step_trajectories,
+    read_history,
+    trajectory_rows,
+    write_trajectories,
+)
 from .grpo import GRPOConfig, nothing_trained_reason, prepare, train_step
-from ..faults import fail_once
 from .guard import Snapshot, StepGuard, restore, take_snapshot
 from .lora import LoraHost
 from .ranks import RankPlan, RankPool
-from .sharding import shard_base, shard_elements
 from .sft import SFTConfig, sft_sequence, train_sft
+from .sharding import shard_base, shard_elements
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +61,7 @@ class TrainerHolder:
 
         self.device = torch.device("cuda" if device in ("auto", "cuda") and torch.cuda.is_available() else "cpu")
         dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
-        self.model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, local_files_only=True).to(self.device)
+        self.model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, local_files_only=True).to(self.device)  # pyright: ignore[reportArgumentType]  (transformers' stubs type .to() oddly)
 
 
 class TrainingService:
@@ -104,9 +111,9 @@ class TrainingService:
         cached = self._references.get(slot)
         if cached is None or cached[0] != step:
             weights = ckpt.load_weights(model.paths.checkpoint(step))
-            if not self._host.has_slot(slot):
-                self._host.add_slot(slot, self._host.config(model.slot))
-            self._host.load_weights(slot, weights)
+            if not self.lora.has_slot(slot):
+                self.lora.add_slot(slot, self.lora.config(model.slot))
+            self.lora.load_weights(slot, weights)
             self._references[slot] = (step, weights)
         return slot, self._references[slot][1]
 
@@ -116,7 +123,7 @@ class TrainingService:
         reference's slot and weights), else here alone."""
         if self.pool is None:
             return train(None)
-        host = self._host
+        host = self.lora
         dtype = str(host.model.get_input_embeddings().weight.dtype).removeprefix("torch.")
         header = {"kind": kind, "slot": model.slot, "lora": host.config(model.slot), "weights": host.weights(model.slot),
                   "base_path": str(self.manager.base_path), "dtype": dtype, "args": args, "shard_base": self.pool.plan.shard_base,
@@ -133,11 +140,17 @@ class TrainingService:
                 shard_base(holder.model)
                 self._host = LoraHost(holder, threading.RLock())
             elif runner is not None:  # hf engine: share its model and lock
-                self._host = LoraHost(runner, engine.scheduler.model_lock)
+                self._host = LoraHost(runner, engine.scheduler.model_lock)  # pyright: ignore[reportAttributeAccessIssue]  (the hf engine's)
             else:
                 self._host = LoraHost(TrainerHolder(base_path, self.manager.config.device), threading.RLock())
             if self.threads:
                 self._host.threads = self.threads
+        return self._host
+
+    @property
+    def lora(self) -> LoraHost:
+        """The LoRA slots models train in (made by the first registration)."""
+        assert self._host is not None, "no model is registered yet"
         return self._host
 
     @property
@@ -282,7 +295,7 @@ class TrainingService:
             async for line in self._run_step(model, engine, serve_previous, timings, metrics,
                                              lambda progress, guard: self._distributed(
                                                  model, "grpo", (prepared, config, self.pad_id),
-                                                 lambda sync: train_step(self._host, model.slot, model.optimizer, prepared,
+                                                 lambda sync: train_step(self.lora, model.slot, model.optimizer, prepared,
                                                                          config, self.pad_id, progress, guard, sync, ref_slot),
                                                  ref),
                                              trainable=bool(prepared.items),
@@ -317,7 +330,7 @@ class TrainingService:
             async for line in self._run_step(model, engine, False, timings, metrics,
                                              lambda progress, guard: self._distributed(
                                                  model, "sft", (sequences, config, self.pad_id),
-                                                 lambda sync: train_sft(self._host, model.slot, model.optimizer, sequences,
+                                                 lambda sync: train_sft(self.lora, model.slot, model.optimizer, sequences,
                                                                         config, self.pad_id, progress, guard, sync)),
                                              trainable=bool(sequences), reason="no conversations were sent", details=[], row=row):
                 yield line
@@ -376,7 +389,7 @@ class TrainingService:
         snapshot: Snapshot | None = None
         try:
             if trainable:
-                snapshot = await asyncio.to_thread(take_snapshot, self._host, model.slot, model.optimizer)
+                snapshot = await asyncio.to_thread(take_snapshot, self.lora, model.slot, model.optimizer)
                 if engine.sleeps_for_training:
                     t = time.perf_counter()
                     await engine.sleep()
@@ -401,7 +414,7 @@ class TrainingService:
             committed = True
         except BaseException:
             if snapshot is not None:
-                await asyncio.to_thread(restore, self._host, model.slot, model.optimizer, snapshot)
+                await asyncio.to_thread(restore, self.lora, model.slot, model.optimizer, snapshot)
             raise
         finally:
             if not committed:
@@ -434,7 +447,7 @@ class TrainingService:
     def _save(self, model: TrainableModel, step: int, state: dict[str, Any], rows: list[Any] | None, guard: StepGuard) -> None:
         fail_once("save")
         # guard.check() right before the rename is the step's one commit decision.
-        save_step(self._host, model, step, state, rows, before_publish=guard.check)
+        save_step(self.lora, model, step, state, rows, before_publish=guard.check)
 
     @staticmethod
     def _record(model: TrainableModel, step: int, row: dict[str, Any], with_trajectories: bool) -> None:

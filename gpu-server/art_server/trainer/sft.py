@@ -14,10 +14,10 @@ from typing import Any
 import torch
 
 from ..chat.prompt import prompt_token_ids
-from .logprobs import pad_batch, token_logprobs
 from .guard import StepGuard
-from .parallel import DistributedSync, LocalSync, padded
+from .logprobs import pad_batch, token_logprobs
 from .lora import LoraHost
+from .parallel import DistributedSync, LocalSync, padded
 from .sequences import Sequence
 
 
@@ -58,7 +58,7 @@ def sft_sequence(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dic
 def lr_at(step: int, total: int, config: SFTConfig) -> float:
     if config.schedule == "constant":
         return config.learning_rate
-    warmup = max(1, int(round(config.warmup_ratio * total))) if config.warmup_ratio > 0 else 0
+    warmup = max(1, round(config.warmup_ratio * total)) if config.warmup_ratio > 0 else 0
     if step < warmup:
         return config.learning_rate * (step + 1) / warmup
     progress = (step - warmup) / max(1, total - warmup)

@@ -21,8 +21,14 @@ export const { exportHtml } = require("../../../scripts/html-export.mjs") as {
   exportHtml(notebook: string, outDir: string, options?: { execute?: boolean; env?: Record<string, string> }): string;
 };
 
+/** The fast tier (`npm run test:fast`, *.fast.test.ts) starts no browser and no JupyterLab. */
+function notInTheFastTier(what: string): void {
+  if (process.env.ART_TEST_TIER === "fast") throw new Error(`a test of the fast tier (*.fast.test.ts) started ${what}: rename its file to *.test.ts`);
+}
+
 /** Debian's chromium (or ART_CHROMIUM); setup installs it for `npm test`. */
 export function chromiumPath(): string {
+  notInTheFastTier("a browser");
   const found = project.findChromium();
   if (!found) throw new Error("chromium not found: run `node scripts/setup.mjs --browser` or set ART_CHROMIUM");
   return found;
@@ -47,6 +53,7 @@ export interface RunningLab {
 
 /** Starts scripts/start-lab.mjs with `args` (and extra environment) and waits for its ready line. */
 export async function startLab(args: string[], env: Record<string, string> = {}): Promise<RunningLab> {
+  notInTheFastTier("JupyterLab");
   const lab = spawn(process.execPath, [path.join(ROOT, "scripts", "start-lab.mjs"), ...args], {
     cwd: ROOT, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env },
   });
