@@ -40,25 +40,44 @@ def run(engine: str, dtype: str, steps: int, extra: list[str]) -> dict:
     rows = []
     try:
         with srv.client(timeout=900) as c:
-            c.post("/v1/art/models/register", json={"name": "bench", "project": "engines", "base_model": MODEL}).raise_for_status()
+            c.post(
+                "/v1/art/models/register", json={"name": "bench", "project": "engines", "base_model": MODEL}
+            ).raise_for_status()
             for s in range(steps):
                 messages = board_prompt(BOARDS[s % len(BOARDS)])
                 t0 = time.perf_counter()
                 out = sample(c, "bench", messages, 8, 6, seed=s)
                 t1 = time.perf_counter()
-                group = [{"messages_and_choices": [*messages, choice_item(out, ch)], "reward": float(i % 2)}
-                         for i, ch in enumerate(out["choices"])]
+                group = [
+                    {"messages_and_choices": [*messages, choice_item(out, ch)], "reward": float(i % 2)}
+                    for i, ch in enumerate(out["choices"])
+                ]
                 metrics = step(c, "bench", [group], learning_rate=5e-4)[-1]["metrics"]
-                rows.append({"sample_s": t1 - t0, "step_s": time.perf_counter() - t1,
-                             "diff_mean": metrics.get("sampler_logprob_diff_mean"), "diff_max": metrics.get("sampler_logprob_diff_max"),
-                             "weight_mean": metrics.get("sampler_weight_mean"),
-                             "forward_backward_s": metrics.get("forward_backward_s"), "reload_s": metrics.get("reload_s")})
+                rows.append(
+                    {
+                        "sample_s": t1 - t0,
+                        "step_s": time.perf_counter() - t1,
+                        "diff_mean": metrics.get("sampler_logprob_diff_mean"),
+                        "diff_max": metrics.get("sampler_logprob_diff_max"),
+                        "weight_mean": metrics.get("sampler_weight_mean"),
+                        "forward_backward_s": metrics.get("forward_backward_s"),
+                        "reload_s": metrics.get("reload_s"),
+                    }
+                )
     finally:
         srv.stop()
     median = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
-    return {"engine": engine, "dtype": dtype, "startup_s": startup, "sample_s": median("sample_s"), "step_s": median("step_s"),
-            "diff_mean": median("diff_mean"), "diff_max": max(r["diff_max"] for r in rows), "weight_mean": median("weight_mean"),
-            "steps": rows}
+    return {
+        "engine": engine,
+        "dtype": dtype,
+        "startup_s": startup,
+        "sample_s": median("sample_s"),
+        "step_s": median("step_s"),
+        "diff_mean": median("diff_mean"),
+        "diff_max": max(r["diff_max"] for r in rows),
+        "weight_mean": median("weight_mean"),
+        "steps": rows,
+    }
 
 
 def main() -> None:
@@ -74,13 +93,20 @@ def main() -> None:
             extra = ["--vllm-max-lora-rank", str(a.vllm_max_lora_rank)] if engine == "vllm" and a.vllm_max_lora_rank else []
             results.append(run(engine, dtype, a.steps, extra))
             r = results[-1]
-            print(f"{engine:5} {dtype:8}: start {r['startup_s']:.1f} s, sample {r['sample_s']:.2f} s, step {r['step_s']:.2f} s, "
-                  f"logprob diff mean {r['diff_mean']:.1e} max {r['diff_max']:.1e}, tis weight {r['weight_mean']:.3f}", flush=True)
-    print("\n| engine | dtype | server start | sample 8 x 6 tokens (median) | GRPO step (median) | trainer vs sampler: mean / max abs diff | tis weight (mean) |")
+            print(
+                f"{engine:5} {dtype:8}: start {r['startup_s']:.1f} s, sample {r['sample_s']:.2f} s, step {r['step_s']:.2f} s, "
+                f"logprob diff mean {r['diff_mean']:.1e} max {r['diff_max']:.1e}, tis weight {r['weight_mean']:.3f}",
+                flush=True,
+            )
+    print(
+        "\n| engine | dtype | server start | sample 8 x 6 tokens (median) | GRPO step (median) | trainer vs sampler: mean / max abs diff | tis weight (mean) |"
+    )
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for r in results:
-        print(f"| {r['engine']} | {r['dtype']} | {r['startup_s']:.1f} s | {r['sample_s']:.2f} s | {r['step_s']:.2f} s | "
-              f"{r['diff_mean']:.1e} / {r['diff_max']:.1e} | {r['weight_mean']:.3f} |")
+        print(
+            f"| {r['engine']} | {r['dtype']} | {r['startup_s']:.1f} s | {r['sample_s']:.2f} s | {r['step_s']:.2f} s | "
+            f"{r['diff_mean']:.1e} / {r['diff_max']:.1e} | {r['weight_mean']:.3f} |"
+        )
     out = ROOT / ".artifacts" / "bench" / "engines.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

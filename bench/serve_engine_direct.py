@@ -38,8 +38,16 @@ async def main() -> None:
 
     async def one(seed: int) -> tuple[float, int]:
         done: asyncio.Future = loop.create_future()
-        seq = Sequence(f"direct-{seed}", 0, None, prompt, a.max_tokens, RowParams(generator=_seed_generator(seed, 0, engine.device)),
-                       lambda e: isinstance(e, FinishEvent) and loop.call_soon_threadsafe(done.set_result, None), stream=False)
+        seq = Sequence(
+            f"direct-{seed}",
+            0,
+            None,
+            prompt,
+            a.max_tokens,
+            RowParams(generator=_seed_generator(seed, 0, engine.device)),
+            lambda e: isinstance(e, FinishEvent) and loop.call_soon_threadsafe(done.set_result, None),
+            stream=False,
+        )
         started = time.perf_counter()
         engine.scheduler.submit([seq])
         await done

@@ -52,23 +52,48 @@ def fixed_groups(base_path: Path, groups: int, size: int, tokens: int, seed: int
     rng = random.Random(seed)
     out = []
     for k in range(groups):
-        messages = [{"role": "system", "content": "You play tic-tac-toe as X. Reply with one empty cell name, like B2."},
-                    {"role": "user", "content": f"Board {k}:\nA1 X  A3\nB1 O  B3\nC1 C2 C3\nYour move?"}]
+        messages = [
+            {"role": "system", "content": "You play tic-tac-toe as X. Reply with one empty cell name, like B2."},
+            {"role": "user", "content": f"Board {k}:\nA1 X  A3\nB1 O  B3\nC1 C2 C3\nYour move?"},
+        ]
         prompt = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
         completions = [[rng.randrange(len(tok)) for _ in range(tokens)] for _ in range(size)]
         with torch.no_grad():
-            logits = model(input_ids=torch.tensor([prompt + c for c in completions])).logits[:, len(prompt) - 1:-1].float()
+            logits = model(input_ids=torch.tensor([prompt + c for c in completions])).logits[:, len(prompt) - 1 : -1].float()
         picked = torch.log_softmax(logits, -1).gather(-1, torch.tensor(completions)[..., None]).squeeze(-1)
-        out.append({"messages": messages, "prompt_ids": prompt, "completions": completions, "logprobs": picked.tolist(),
-                    "rewards": [rng.random() for _ in range(size)]})
+        out.append(
+            {
+                "messages": messages,
+                "prompt_ids": prompt,
+                "completions": completions,
+                "logprobs": picked.tolist(),
+                "rewards": [rng.random() for _ in range(size)],
+            }
+        )
     return out
 
 
 def as_groups(data: list[dict]) -> list[list[dict]]:
     """The fixed groups as the server's trainer takes them (trajectories with sampled choices)."""
-    return [[{"messages_and_choices": [*d["messages"], {"kind": "choice", "message": {"role": "assistant", "content": ""},
-                                                        "prompt_token_ids": d["prompt_ids"], "token_ids": c, "logprobs": lp}],
-              "reward": r} for c, lp, r in zip(d["completions"], d["logprobs"], d["rewards"])] for d in data]
+    return [
+        [
+            {
+                "messages_and_choices": [
+                    *d["messages"],
+                    {
+                        "kind": "choice",
+                        "message": {"role": "assistant", "content": ""},
+                        "prompt_token_ids": d["prompt_ids"],
+                        "token_ids": c,
+                        "logprobs": lp,
+                    },
+                ],
+                "reward": r,
+            }
+            for c, lp, r in zip(d["completions"], d["logprobs"], d["rewards"])
+        ]
+        for d in data
+    ]
 
 
 def bench_ours(base_path: Path, data: list[dict], steps: int, dtype: str) -> dict:
@@ -141,18 +166,44 @@ def bench_trl(base_path: Path, data: list[dict], steps: int, dtype: str, out_dir
     dataset = Dataset.from_list([{"prompt": d["messages"]} for d in data])
     tok = AutoTokenizer.from_pretrained(base_path)
     config = GRPOConfig(
-        output_dir=str(out_dir / "trl"), learning_rate=1e-5, per_device_train_batch_size=size * len(data),
-        num_generations=size, max_completion_length=len(data[0]["completions"][0]), max_steps=steps + 1,
-        gradient_accumulation_steps=1, logging_steps=10_000, save_strategy="no", report_to=[], use_cpu=True,
-        bf16=False, fp16=False, beta=0.0, num_iterations=1, shuffle_dataset=False, dataloader_num_workers=0,
-        disable_tqdm=True, seed=0,
+        output_dir=str(out_dir / "trl"),
+        learning_rate=1e-5,
+        per_device_train_batch_size=size * len(data),
+        num_generations=size,
+        max_completion_length=len(data[0]["completions"][0]),
+        max_steps=steps + 1,
+        gradient_accumulation_steps=1,
+        logging_steps=10_000,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        beta=0.0,
+        num_iterations=1,
+        shuffle_dataset=False,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        seed=0,
     )
     model = AutoModelForCausalLM.from_pretrained(base_path, dtype=DTYPES[dtype])
     timer = Timer()
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=dataset, processing_class=tok,
-                          peft_config=LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, task_type="CAUSAL_LM",
-                                                 target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
-                          rollout_func=rollout, callbacks=[timer])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tok,
+        peft_config=LoraConfig(
+            r=8,
+            lora_alpha=16,
+            lora_dropout=0.0,
+            task_type="CAUSAL_LM",
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        ),
+        rollout_func=rollout,
+        callbacks=[timer],
+    )
     trainer.train()
     times = timer.times[1:]
     tokens = steps * sum(len(c) for d in data for c in d["completions"])
@@ -169,8 +220,10 @@ def cookbook_rollout(client, model: str, seed: int) -> dict:
     rng = random.Random(seed // 8)  # the 8 rollouts of a group see the same board
     board = {c: rng.choice("XO.") for c in CELLS}
     text = "\n".join(" ".join(c if board[c] == "." else board[c] + " " for c in (r + "1", r + "2", r + "3")) for r in "ABC")
-    messages = [{"role": "system", "content": "You play tic-tac-toe as X. Reply with one empty cell name, like B2. Nothing else."},
-                {"role": "user", "content": text}]
+    messages = [
+        {"role": "system", "content": "You play tic-tac-toe as X. Reply with one empty cell name, like B2. Nothing else."},
+        {"role": "user", "content": text},
+    ]
     r = sample(client, model, messages, 1, 4, seed=seed, temperature=0.7)
     choice = r["choices"][0]
     hit = any(c in (choice["message"]["content"] or "") and board[c] == "." for c in CELLS)
@@ -196,13 +249,20 @@ def bench_cookbook_step(model: str, steps: int, groups: int, size: int, out_dir:
                 started = time.perf_counter()
                 trajectories = list(pool.map(lambda i: cookbook_rollout(c, "bench", s * 1000 + i), range(groups * size)))
                 rollout_s = time.perf_counter() - started
-                batch = [trajectories[g * size:(g + 1) * size] for g in range(groups)]
+                batch = [trajectories[g * size : (g + 1) * size] for g in range(groups)]
                 started = time.perf_counter()
                 metrics = step(c, "bench", batch, learning_rate=3e-4, temperature=0.7)[-1]["metrics"]
                 if s:  # the first step warms up
-                    rows.append({"rollout_s": rollout_s, "train_request_s": time.perf_counter() - started,
-                                 **{k: metrics.get(k, 0.0) for k in ("tokenize_s", "forward_backward_s", "save_s", "reload_s",
-                                                                     "tokens_trained", "sequences")}})
+                    rows.append(
+                        {
+                            "rollout_s": rollout_s,
+                            "train_request_s": time.perf_counter() - started,
+                            **{
+                                k: metrics.get(k, 0.0)
+                                for k in ("tokenize_s", "forward_backward_s", "save_s", "reload_s", "tokens_trained", "sequences")
+                            },
+                        }
+                    )
     finally:
         srv.stop()
     for r in rows:
@@ -220,16 +280,22 @@ PLACEMENTS = {
 def bench_placements(model: str, steps: int, groups: int, size: int, out_dir: Path) -> None:
     """The cookbook step with vLLM sharing the cores with the trainer, then each pinned to its own."""
     results = {name: bench_cookbook_step(model, steps, groups, size, out_dir, args) for name, args in PLACEMENTS.items()}
-    print(f"\nA cookbook step through the server on vLLM ({groups} x {size} tic-tac-toe turns, 4 tokens each; "
-          f"median of {steps} after a warm-up), {os.cpu_count()} CPU cores:\n")
+    print(
+        f"\nA cookbook step through the server on vLLM ({groups} x {size} tic-tac-toe turns, 4 tokens each; "
+        f"median of {steps} after a warm-up), {os.cpu_count()} CPU cores:\n"
+    )
     print("| placement | rollout | forward/backward | whole train request | whole step |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for name, r in results.items():
         m = r["median"]
-        print(f"| {name} | {m['rollout_s']:.2f} s | {m['forward_backward_s']:.2f} s | {m['train_request_s']:.2f} s | "
-              f"{m['step_s']:.2f} s |")
+        print(
+            f"| {name} | {m['rollout_s']:.2f} s | {m['forward_backward_s']:.2f} s | {m['train_request_s']:.2f} s | "
+            f"{m['step_s']:.2f} s |"
+        )
     out = out_dir / "train-placements.json"
-    out.write_text(json.dumps({"model": model, "placements": {k: list(v) for k, v in PLACEMENTS.items()}, "results": results}, indent=2))
+    out.write_text(
+        json.dumps({"model": model, "placements": {k: list(v) for k, v in PLACEMENTS.items()}, "results": results}, indent=2)
+    )
     print(f"raw data: {out.relative_to(ROOT)}")
 
 
@@ -253,45 +319,69 @@ def bench_ranks(model: str, data: list[dict], ranks: list[int], steps: int, out_
     cores = os.cpu_count() or 1
     results = []
     for r in ranks:
-        srv = start_server(out_dir / f"ranks-data-{r}-{os.getpid()}", "--base-model", model, "--log-level", "warning",
-                           "--train-ranks", str(r))
+        srv = start_server(
+            out_dir / f"ranks-data-{r}-{os.getpid()}", "--base-model", model, "--log-level", "warning", "--train-ranks", str(r)
+        )
         try:
             with srv.client(timeout=1200) as c:
-                c.post("/v1/art/models/register", json={"name": "bench", "project": "bench", "base_model": model}).raise_for_status()
+                c.post(
+                    "/v1/art/models/register", json={"name": "bench", "project": "bench", "base_model": model}
+                ).raise_for_status()
                 rows = []
                 for s in range(steps + 1):
                     started = time.perf_counter()
                     metrics = step(c, "bench", groups, learning_rate=1e-5)[-1]["metrics"]
                     if s:  # the first step warms up
-                        rows.append({"request_s": time.perf_counter() - started, "forward_backward_s": metrics["forward_backward_s"],
-                                     "tokens_trained": metrics["tokens_trained"], "loss": metrics["loss"]})
+                        rows.append(
+                            {
+                                "request_s": time.perf_counter() - started,
+                                "forward_backward_s": metrics["forward_backward_s"],
+                                "tokens_trained": metrics["tokens_trained"],
+                                "loss": metrics["loss"],
+                            }
+                        )
         finally:
             srv.stop()
         fb = statistics.median(x["forward_backward_s"] for x in rows)
-        results.append({"ranks": r, "threads_per_rank": max(1, cores // r), "steps": rows, "forward_backward_s": fb,
-                        "request_s": statistics.median(x["request_s"] for x in rows),
-                        "tokens_per_s": rows[0]["tokens_trained"] / fb})
+        results.append(
+            {
+                "ranks": r,
+                "threads_per_rank": max(1, cores // r),
+                "steps": rows,
+                "forward_backward_s": fb,
+                "request_s": statistics.median(x["request_s"] for x in rows),
+                "tokens_per_s": rows[0]["tokens_trained"] / fb,
+            }
+        )
     base = results[0]["tokens_per_s"]
-    print(f"\nTrainer ranks: {model}, {len(data)} groups x {len(data[0]['completions'])} trajectories, {steps} timed steps "
-          f"after one warm-up, through the server (--train-ranks R), {cores} CPU cores shared evenly\n")
+    print(
+        f"\nTrainer ranks: {model}, {len(data)} groups x {len(data[0]['completions'])} trajectories, {steps} timed steps "
+        f"after one warm-up, through the server (--train-ranks R), {cores} CPU cores shared evenly\n"
+    )
     print("| ranks | threads per rank | forward/backward (median) | whole train request | trained tokens/s | vs first |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: |")
     for x in results:
-        print(f"| {x['ranks']} | {x['threads_per_rank']} | {x['forward_backward_s']:.2f} s | {x['request_s']:.2f} s | "
-              f"{x['tokens_per_s']:.0f} | {x['tokens_per_s'] / base:.2f}x |")
-    print("\nWhat ranks exchange per optimizer step: the LoRA gradients (a reduce onto rank 0) and the new weights (a "
-          "broadcast), fp32, i.e. 2x the LoRA parameters, what a ring all-reduce moves per GPU. Time on the wire at full "
-          "bandwidth:\n")
-    print("| model (LoRA r=8, all projections) | LoRA parameters | bytes per optimizer step | " +
-          " | ".join(LINKS) + " |")
+        print(
+            f"| {x['ranks']} | {x['threads_per_rank']} | {x['forward_backward_s']:.2f} s | {x['request_s']:.2f} s | "
+            f"{x['tokens_per_s']:.0f} | {x['tokens_per_s'] / base:.2f}x |"
+        )
+    print(
+        "\nWhat ranks exchange per optimizer step: the LoRA gradients (a reduce onto rank 0) and the new weights (a "
+        "broadcast), fp32, i.e. 2x the LoRA parameters, what a ring all-reduce moves per GPU. Time on the wire at full "
+        "bandwidth:\n"
+    )
+    print("| model (LoRA r=8, all projections) | LoRA parameters | bytes per optimizer step | " + " | ".join(LINKS) + " |")
     print("| --- | ---: | ---: | " + " | ".join("---:" for _ in LINKS) + " |")
     volume = {}
     for name, shape in SHAPES.items():
         n = lora_params(*shape)
         moved = 2 * 4 * n
         volume[name] = {"lora_params": n, "bytes": moved}
-        print(f"| {name} | {n / 1e6:.1f} M | {moved / 1e6:.0f} MB | " +
-              " | ".join(f"{moved / bw * 1000:.2f} ms" for bw in LINKS.values()) + " |")
+        print(
+            f"| {name} | {n / 1e6:.1f} M | {moved / 1e6:.0f} MB | "
+            + " | ".join(f"{moved / bw * 1000:.2f} ms" for bw in LINKS.values())
+            + " |"
+        )
     out = out_dir / "train-ranks.json"
     out.write_text(json.dumps({"model": model, "results": results, "volume": volume, "links_bytes_per_s": LINKS}, indent=2))
     print(f"raw data: {out.relative_to(ROOT)}")
@@ -306,8 +396,11 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--dtypes", default="fp32,bf16")
     p.add_argument("--ranks", default="", help="e.g. 1,2: only the trainer-ranks benchmark, for each number of ranks")
-    p.add_argument("--placements", action="store_true",
-                   help="only the cookbook step on vLLM, sharing the cores with the trainer vs each on its own core")
+    p.add_argument(
+        "--placements",
+        action="store_true",
+        help="only the cookbook step on vLLM, sharing the cores with the trainer vs each on its own core",
+    )
     a = p.parse_args()
     from art_server.allocator import keep_freed_memory
     from art_server.models.resolve import resolve_base_model
@@ -332,26 +425,35 @@ def main() -> None:
     import trl
 
     prompt = len(data[0]["prompt_ids"])
-    print(f"\nTraining benchmark: {a.model}, LoRA r=8 on all projections, {a.groups} groups x {a.group_size} trajectories "
-          f"({prompt}-token prompt shared by a group, {a.tokens} completion tokens), {a.steps} timed steps after one warm-up, "
-          f"CPU ({torch.get_num_threads()} threads)\n")
+    print(
+        f"\nTraining benchmark: {a.model}, LoRA r=8 on all projections, {a.groups} groups x {a.group_size} trajectories "
+        f"({prompt}-token prompt shared by a group, {a.tokens} completion tokens), {a.steps} timed steps after one warm-up, "
+        f"CPU ({torch.get_num_threads()} threads)\n"
+    )
     print("| dtype | trainer | trained tokens/s | median step | ratio |")
     print("| --- | --- | ---: | ---: | ---: |")
     for dtype, r in trainers.items():
         ratio = r["ours"]["tokens_per_s"] / r["trl"]["tokens_per_s"]
         print(f"| {dtype} | art-server GRPO | {r['ours']['tokens_per_s']:.0f} | {r['ours']['step_s']:.2f} s | **{ratio:.2f}x** |")
-        print(f"| {dtype} | trl {trl.__version__} GRPOTrainer (rollout_func) | {r['trl']['tokens_per_s']:.0f} | {r['trl']['step_s']:.2f} s | 1 |")
+        print(
+            f"| {dtype} | trl {trl.__version__} GRPOTrainer (rollout_func) | {r['trl']['tokens_per_s']:.0f} | {r['trl']['step_s']:.2f} s | 1 |"
+        )
     m = cookbook["median"]
-    print(f"\nA cookbook step over HTTP ({a.groups} x {a.group_size} tic-tac-toe turns, 4 tokens each; server dtype auto; "
-          f"median of {a.steps}):\n")
+    print(
+        f"\nA cookbook step over HTTP ({a.groups} x {a.group_size} tic-tac-toe turns, 4 tokens each; server dtype auto; "
+        f"median of {a.steps}):\n"
+    )
     print("| rollout | tokenize | forward/backward | save | reload | whole train request | tokens trained |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    print(f"| {m['rollout_s']:.2f} s | {m['tokenize_s'] * 1000:.0f} ms | {m['forward_backward_s']:.2f} s | "
-          f"{m['save_s'] * 1000:.0f} ms | {m['reload_s'] * 1000:.0f} ms | {m['train_request_s']:.2f} s | {m['tokens_trained']:.0f} |")
+    print(
+        f"| {m['rollout_s']:.2f} s | {m['tokenize_s'] * 1000:.0f} ms | {m['forward_backward_s']:.2f} s | "
+        f"{m['save_s'] * 1000:.0f} ms | {m['reload_s'] * 1000:.0f} ms | {m['train_request_s']:.2f} s | {m['tokens_trained']:.0f} |"
+    )
     print(f"\nstep trained -> new adapter serving: {(m['save_s'] + m['reload_s']) * 1000:.0f} ms (save + load into serving)")
     out = out_dir / "train.json"
-    out.write_text(json.dumps({"config": vars(a), "trainers": trainers, "cookbook_step": cookbook,
-                               "trl_version": trl.__version__}, indent=2))
+    out.write_text(
+        json.dumps({"config": vars(a), "trainers": trainers, "cookbook_step": cookbook, "trl_version": trl.__version__}, indent=2)
+    )
     print(f"raw data: {out.relative_to(ROOT)}")
 
 

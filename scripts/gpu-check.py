@@ -42,9 +42,18 @@ def build_model(shape: str, device: torch.device, dtype: torch.dtype):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     hidden, layers, heads, kv, inter, vocab, tied = SHAPES[shape]
-    config = Qwen2Config(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv,
-                         intermediate_size=inter, vocab_size=vocab, tie_word_embeddings=tied, max_position_embeddings=4096,
-                         initializer_range=0.02, torch_dtype=str(dtype).removeprefix("torch."))
+    config = Qwen2Config(
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        intermediate_size=inter,
+        vocab_size=vocab,
+        tie_word_embeddings=tied,
+        max_position_embeddings=4096,
+        initializer_range=0.02,
+        torch_dtype=str(dtype).removeprefix("torch."),
+    )
     torch.manual_seed(0)
     with torch.device(device):
         model = Qwen2ForCausalLM(config).to(dtype)
@@ -98,8 +107,19 @@ def serve(scheduler, vocab: int, concurrency: int, prompt_tokens: int, new_token
             finished.append(getattr(event, "reason", "error"))
             done.release()
 
-    seqs = [Sequence(f"r{i}", 0, None, [rng.randrange(vocab) for _ in range(prompt_tokens)], new_tokens,
-                     RowParams(temperature=1.0), emit, stream=False) for i in range(concurrency)]
+    seqs = [
+        Sequence(
+            f"r{i}",
+            0,
+            None,
+            [rng.randrange(vocab) for _ in range(prompt_tokens)],
+            new_tokens,
+            RowParams(temperature=1.0),
+            emit,
+            stream=False,
+        )
+        for i in range(concurrency)
+    ]
     steps_before = scheduler.steps
     started = time.perf_counter()
     scheduler.submit(seqs)
@@ -107,8 +127,14 @@ def serve(scheduler, vocab: int, concurrency: int, prompt_tokens: int, new_token
         done.acquire()
     seconds = time.perf_counter() - started
     tokens = sum(len(s.generated) for s in seqs)
-    return {"concurrency": concurrency, "seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds,
-            "engine_steps": scheduler.steps - steps_before, "finish": sorted(set(finished))}
+    return {
+        "concurrency": concurrency,
+        "seconds": seconds,
+        "tokens": tokens,
+        "tokens_per_s": tokens / seconds,
+        "engine_steps": scheduler.steps - steps_before,
+        "finish": sorted(set(finished)),
+    }
 
 
 def grpo_step(runner, lock, vocab: int, groups: int, size: int, prompt_tokens: int, new_tokens: int, device) -> dict:
@@ -118,16 +144,36 @@ def grpo_step(runner, lock, vocab: int, groups: int, size: int, prompt_tokens: i
     from art_server.trainer.lora import LoraHost
 
     host = LoraHost(runner, lock)
-    host.add_slot("check", LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                                        "up_proj", "down_proj"], task_type="CAUSAL_LM"))
+    host.add_slot(
+        "check",
+        LoraConfig(
+            r=8,
+            lora_alpha=16,
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+            task_type="CAUSAL_LM",
+        ),
+    )
     optimizer = torch.optim.AdamW(host.parameters("check"), lr=1e-5)
     rng = random.Random(0)
     batch = []
     for _ in range(groups):
         prompt = [rng.randrange(vocab) for _ in range(prompt_tokens)]
-        batch.append([{"reward": rng.random(), "messages_and_choices": [
-            {"kind": "choice", "prompt_token_ids": prompt, "token_ids": [rng.randrange(vocab) for _ in range(new_tokens)],
-             "logprobs": [-5.0] * new_tokens}]} for _ in range(size)])
+        batch.append(
+            [
+                {
+                    "reward": rng.random(),
+                    "messages_and_choices": [
+                        {
+                            "kind": "choice",
+                            "prompt_token_ids": prompt,
+                            "token_ids": [rng.randrange(vocab) for _ in range(new_tokens)],
+                            "logprobs": [-5.0] * new_tokens,
+                        }
+                    ],
+                }
+                for _ in range(size)
+            ]
+        )
     config = GRPOConfig(learning_rate=1e-5)
     timings = []
     for _ in range(3):  # the first warms up
@@ -137,10 +183,19 @@ def grpo_step(runner, lock, vocab: int, groups: int, size: int, prompt_tokens: i
         timings.append(time.perf_counter() - started)
     step_s = min(timings[1:])
     finite = all(torch.isfinite(p).all() for p in host.parameters("check"))
-    return {"groups": groups, "size": size, "prompt_tokens": prompt_tokens, "completion_tokens": new_tokens,
-            "step_s": step_s, "tokens_trained": result["tokens_trained"], "trained_tokens_per_s": result["tokens_trained"] / step_s,
-            "loss": result["loss"], "grad_norm": result["grad_norm"], "weights_finite": bool(finite),
-            "peak_memory_gb": torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else None}
+    return {
+        "groups": groups,
+        "size": size,
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": new_tokens,
+        "step_s": step_s,
+        "tokens_trained": result["tokens_trained"],
+        "trained_tokens_per_s": result["tokens_trained"] / step_s,
+        "loss": result["loss"],
+        "grad_norm": result["grad_norm"],
+        "weights_finite": bool(finite),
+        "peak_memory_gb": torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else None,
+    }
 
 
 def main() -> None:
@@ -167,13 +222,20 @@ def main() -> None:
     size = weight_bytes(model)
     measured, spec = measured_bandwidth(device), spec_bandwidth(device)
     bandwidth = measured
-    print(f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), torch {torch.__version__}, "
-          f"{a.shape} random init in {a.dtype}: {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters, "
-          f"{size / 1e9:.2f} GB of weights, built in {built_s:.1f} s")
+    print(
+        f"device {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}), torch {torch.__version__}, "
+        f"{a.shape} random init in {a.dtype}: {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters, "
+        f"{size / 1e9:.2f} GB of weights, built in {built_s:.1f} s"
+    )
     print(f"memory bandwidth: measured copy {measured / 1e9:.0f} GB/s" + (f", spec {spec / 1e9:.0f} GB/s" if spec else ""))
     runner = HFModelRunner(model, None, device)
-    scheduler = BatchScheduler(runner, eos_token_ids=set(), max_batch_size=512, pad_token_id=0,
-                               threads=None if device.type == "cuda" else max(1, (os.cpu_count() or 2) - 1))
+    scheduler = BatchScheduler(
+        runner,
+        eos_token_ids=set(),
+        max_batch_size=512,
+        pad_token_id=0,
+        threads=None if device.type == "cuda" else max(1, (os.cpu_count() or 2) - 1),
+    )
     serving = []
     print("\n| concurrency | generated tokens/s | engine steps | tokens/s bound by bandwidth | share of bound |")
     print("| ---: | ---: | ---: | ---: | ---: |")
@@ -185,16 +247,34 @@ def main() -> None:
         serving.append(r)
         print(f"| {c} | {r['tokens_per_s']:.0f} | {r['engine_steps']} | {bound:.0f} | {r['share_of_bound']:.0%} |")
     scheduler.shutdown()
-    step = grpo_step(runner, scheduler.model_lock, vocab, groups=8, size=8, prompt_tokens=a.prompt_tokens,
-                     new_tokens=a.new_tokens, device=device)
-    print(f"\nGRPO step on LoRA r=8: 8 groups x 8 x ({a.prompt_tokens} prompt + {a.new_tokens} completion) tokens in "
-          f"{step['step_s']:.2f} s, {step['trained_tokens_per_s']:.0f} trained tokens/s, loss {step['loss']:.4f}, "
-          f"grad norm {step['grad_norm']:.3f}, weights finite: {step['weights_finite']}"
-          + (f", peak memory {step['peak_memory_gb']:.1f} GB" if step["peak_memory_gb"] else ""))
+    step = grpo_step(
+        runner,
+        scheduler.model_lock,
+        vocab,
+        groups=8,
+        size=8,
+        prompt_tokens=a.prompt_tokens,
+        new_tokens=a.new_tokens,
+        device=device,
+    )
+    print(
+        f"\nGRPO step on LoRA r=8: 8 groups x 8 x ({a.prompt_tokens} prompt + {a.new_tokens} completion) tokens in "
+        f"{step['step_s']:.2f} s, {step['trained_tokens_per_s']:.0f} trained tokens/s, loss {step['loss']:.4f}, "
+        f"grad norm {step['grad_norm']:.3f}, weights finite: {step['weights_finite']}"
+        + (f", peak memory {step['peak_memory_gb']:.1f} GB" if step["peak_memory_gb"] else "")
+    )
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    report = {"args": vars(a), "device": str(device), "torch": torch.__version__, "weight_bytes": size,
-              "bandwidth_measured": measured, "bandwidth_spec": spec, "serving": serving, "grpo_step": step}
+    report = {
+        "args": vars(a),
+        "device": str(device),
+        "torch": torch.__version__,
+        "weight_bytes": size,
+        "bandwidth_measured": measured,
+        "bandwidth_spec": spec,
+        "serving": serving,
+        "grpo_step": step,
+    }
     if device.type == "cuda":
         report["device_name"] = torch.cuda.get_device_name(device)
     (out / "gpu-check.json").write_text(json.dumps(report, indent=2))

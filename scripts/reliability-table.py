@@ -27,8 +27,12 @@ STATUS = {-1: "timeout", 0: "reset"}  # test_reliability.py's TIMEOUT and RESET
 def cell(row: dict | None) -> str:
     if row is None:
         return "n/a"
-    flags = [f"{row['fivexx']} x 5xx" if row["fivexx"] else "", "HANG" if row["hang"] else "",
-             "CORRUPTED/LOST" if row["corrupted"] else "", row.get("wrong") or ""]
+    flags = [
+        f"{row['fivexx']} x 5xx" if row["fivexx"] else "",
+        "HANG" if row["hang"] else "",
+        "CORRUPTED/LOST" if row["corrupted"] else "",
+        row.get("wrong") or "",
+    ]
     statuses = ",".join(STATUS.get(s, str(s)) for s in sorted(set(row["statuses"])))
     return " ".join(f for f in [statuses, *flags, "(injected fault)" if row.get("injected") else ""] if f)
 
@@ -47,9 +51,11 @@ def main() -> None:
         print("\nn/a: the case needs what the run lacks (ART_FAULT hooks), or the test stopped before it.")
     for name, run in zip(names, runs):
         rows = list(run.values())
-        print(f"\n{name}: {len(rows)} cases, {sum(len(r['statuses']) for r in rows)} requests, "
-              f"{sum(r['fivexx'] for r in rows)} 5xx, {sum(r['hang'] for r in rows)} hangs, "
-              f"{sum(r['corrupted'] for r in rows)} corrupted or lost steps")
+        print(
+            f"\n{name}: {len(rows)} cases, {sum(len(r['statuses']) for r in rows)} requests, "
+            f"{sum(r['fivexx'] for r in rows)} 5xx, {sum(r['hang'] for r in rows)} hangs, "
+            f"{sum(r['corrupted'] for r in rows)} corrupted or lost steps"
+        )
 
 
 main()

@@ -30,10 +30,13 @@ def keep_freed_memory() -> bool:
         mallopt = libc.mallopt
     except (OSError, AttributeError):  # not glibc (e.g. musl)
         return False
-    ok = all(mallopt(option, value) == 1 for option, value in [
-        (M_MMAP_THRESHOLD, 32 * 1024 * 1024),  # blocks below 32 MB come from the heap and are reused
-        (M_TRIM_THRESHOLD, 1 << 30),  # keep up to 1 GB of freed heap instead of returning it
-        (M_TOP_PAD, 64 * 1024 * 1024),  # grow the heap in 64 MB strides
-    ])
+    ok = all(
+        mallopt(option, value) == 1
+        for option, value in [
+            (M_MMAP_THRESHOLD, 32 * 1024 * 1024),  # blocks below 32 MB come from the heap and are reused
+            (M_TRIM_THRESHOLD, 1 << 30),  # keep up to 1 GB of freed heap instead of returning it
+            (M_TOP_PAD, 64 * 1024 * 1024),  # grow the heap in 64 MB strides
+        ]
+    )
     log.debug("glibc malloc tuned: %s", ok)
     return ok

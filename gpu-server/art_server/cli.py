@@ -37,11 +37,14 @@ def configure_logging(level: str) -> dict:
     # uvicorn's access log goes to stdout by default; stdout carries only the ready line.
     handler = {"class": "logging.StreamHandler", "stream": "ext://sys.stderr", "formatter": "plain"}
     return {
-        "version": 1, "disable_existing_loggers": False,
+        "version": 1,
+        "disable_existing_loggers": False,
         "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
         "handlers": {"stderr": handler},
-        "loggers": {name: {"handlers": ["stderr"], "level": level.upper(), "propagate": False}
-                    for name in ("uvicorn", "uvicorn.error", "uvicorn.access")},
+        "loggers": {
+            name: {"handlers": ["stderr"], "level": level.upper(), "propagate": False}
+            for name in ("uvicorn", "uvicorn.error", "uvicorn.access")
+        },
     }
 
 
@@ -62,8 +65,10 @@ def lock_data_dir(data_dir: Path) -> int:
         info = {}
         with contextlib.suppress(Exception):
             info = json.loads((data_dir / "server.json").read_text())
-        raise DataDirBusy(f"another art-server (pid {info.get('pid', '?')}, {info.get('url', 'url unknown')}) is using the "
-                          f"data dir {data_dir}; connect to that server, stop it, or pick another --data-dir") from None
+        raise DataDirBusy(
+            f"another art-server (pid {info.get('pid', '?')}, {info.get('url', 'url unknown')}) is using the "
+            f"data dir {data_dir}; connect to that server, stop it, or pick another --data-dir"
+        ) from None
     return fd
 
 
@@ -126,8 +131,15 @@ async def serve(config: ServerConfig, log_config: dict) -> None:
     sock = bind(config.host, config.port)
     port = sock.getsockname()[1]
     limits = ConnectionLimits(config.max_header_bytes, config.max_headers, config.header_timeout_s, config.body_timeout_s)
-    uv = uvicorn.Config(create_asgi(app), http=bounded_protocol(limits), log_config=log_config, log_level=config.log_level,
-                        timeout_keep_alive=30, backlog=2048, timeout_graceful_shutdown=5)
+    uv = uvicorn.Config(
+        create_asgi(app),
+        http=bounded_protocol(limits),
+        log_config=log_config,
+        log_level=config.log_level,
+        timeout_keep_alive=30,
+        backlog=2048,
+        timeout_graceful_shutdown=5,
+    )
     server = Server(uv)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
@@ -136,8 +148,15 @@ async def serve(config: ServerConfig, log_config: dict) -> None:
             raise SystemExit("art-server stopped during startup")
         await asyncio.sleep(0.02)
     host = f"[{config.host}]" if ":" in config.host else config.host
-    ready = {"event": "ready", "url": f"http://{host}:{port}", "token": config.token, "pid": os.getpid(),
-             "version": __version__, "data_dir": str(config.data_dir), "base_model": config.base_model}
+    ready = {
+        "event": "ready",
+        "url": f"http://{host}:{port}",
+        "token": config.token,
+        "pid": os.getpid(),
+        "version": __version__,
+        "data_dir": str(config.data_dir),
+        "base_model": config.base_model,
+    }
     write_server_file(config.data_dir, ready)
     print(json.dumps(ready), flush=True)
     watcher = asyncio.create_task(stop_when_gone(config.parent_pid, server)) if config.parent_pid else None

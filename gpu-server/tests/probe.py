@@ -27,17 +27,28 @@ PROMPT = [{"role": "user", "content": "Name an empty cell."}]
 TIMEOUT, RESET = -1, 0  # statuses of a request that got no answer in time, or whose connection the server dropped
 
 
-def report(case: str, statuses: list[int], hang: bool = False, corrupted: bool = False, injected: bool = False,
-           wrong: str = "") -> None:
+def report(
+    case: str, statuses: list[int], hang: bool = False, corrupted: bool = False, injected: bool = False, wrong: str = ""
+) -> None:
     """One row of the probe table. A server fault injected by the test (ART_FAULT) is answered with
     a 5xx on purpose: those are not counted as 5xx for bad input. A dropped connection counts as a 5xx.
     `corrupted`: weights or a step lost or damaged; `wrong`: anything else not as required, said in words."""
     REPORT.parent.mkdir(parents=True, exist_ok=True)
     with REPORT.open("a") as out:
-        out.write(json.dumps({"case": case, "statuses": statuses,
-                              "fivexx": 0 if injected else sum(s >= 500 or s == RESET for s in statuses),
-                              "hang": hang or TIMEOUT in statuses, "corrupted": corrupted, "injected": injected,
-                              "wrong": wrong}) + "\n")
+        out.write(
+            json.dumps(
+                {
+                    "case": case,
+                    "statuses": statuses,
+                    "fivexx": 0 if injected else sum(s >= 500 or s == RESET for s in statuses),
+                    "hang": hang or TIMEOUT in statuses,
+                    "corrupted": corrupted,
+                    "injected": injected,
+                    "wrong": wrong,
+                }
+            )
+            + "\n"
+        )
 
 
 def attempt(request: Any) -> Any:
@@ -60,10 +71,14 @@ def register(c: httpx.Client, name: str, project: str = "reliable", **extra: Any
 
 def group_of(c: httpx.Client, model: str, rewards: list[float], seed: int = 0) -> list[dict]:
     r = sample(c, model, PROMPT, len(rewards), 6, seed=seed)
-    return [{"messages_and_choices": [*PROMPT, choice_item(r, ch)], "reward": reward} for ch, reward in zip(r["choices"], rewards)]
+    return [
+        {"messages_and_choices": [*PROMPT, choice_item(r, ch)], "reward": reward} for ch, reward in zip(r["choices"], rewards)
+    ]
 
 
-def train_status(c: httpx.Client, name: str, groups: Any, config: dict | None = None, raw: bytes | None = None) -> tuple[int, list[dict]]:
+def train_status(
+    c: httpx.Client, name: str, groups: Any, config: dict | None = None, raw: bytes | None = None
+) -> tuple[int, list[dict]]:
     """The HTTP status and NDJSON lines of a train request (an error line's status when the stream failed)."""
     body = raw if raw is not None else json.dumps({"groups": groups, "config": config or {}}).encode()
     with c.stream("POST", f"/v1/art/models/{name}/train", content=body, headers={"Content-Type": "application/json"}) as r:
@@ -75,7 +90,9 @@ def train_status(c: httpx.Client, name: str, groups: Any, config: dict | None = 
 
 
 def weights_of(server: ServerProcess, project: str, name: str, step_: int) -> dict:
-    return load_file(str(server.data_dir / project / "models" / name / "checkpoints" / f"{step_:04d}" / "adapter_model.safetensors"))
+    return load_file(
+        str(server.data_dir / project / "models" / name / "checkpoints" / f"{step_:04d}" / "adapter_model.safetensors")
+    )
 
 
 def finite(weights: dict) -> bool:

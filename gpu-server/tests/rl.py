@@ -15,14 +15,27 @@ CELLS = [f"{r}{c}" for r in "ABC" for c in "123"]
 
 def choice_item(response: dict[str, Any], choice: dict[str, Any]) -> dict[str, Any]:
     """A sampled choice as the trainer takes it: prompt ids, sampled ids and their logprobs."""
-    return {"kind": "choice", "message": choice["message"], "prompt_token_ids": response["prompt_token_ids"],
-            "token_ids": choice["token_ids"], "logprobs": [e["logprob"] for e in choice["logprobs"]["content"]],
-            "finish_reason": choice["finish_reason"], "art_provenance": choice["art_provenance"],
-            **({"art_policy_step": choice["art_policy_step"]} if "art_policy_step" in choice else {})}
+    return {
+        "kind": "choice",
+        "message": choice["message"],
+        "prompt_token_ids": response["prompt_token_ids"],
+        "token_ids": choice["token_ids"],
+        "logprobs": [e["logprob"] for e in choice["logprobs"]["content"]],
+        "finish_reason": choice["finish_reason"],
+        "art_provenance": choice["art_provenance"],
+        **({"art_policy_step": choice["art_policy_step"]} if "art_policy_step" in choice else {}),
+    }
 
 
-def sample(client: httpx.Client, model: str, messages: list[dict], n: int, max_tokens: int, seed: int | None = None,
-           temperature: float = 1.0) -> dict[str, Any]:
+def sample(
+    client: httpx.Client,
+    model: str,
+    messages: list[dict],
+    n: int,
+    max_tokens: int,
+    seed: int | None = None,
+    temperature: float = 1.0,
+) -> dict[str, Any]:
     body = {"model": model, "messages": messages, "n": n, "max_tokens": max_tokens, "temperature": temperature}
     if seed is not None:
         body["seed"] = seed
@@ -44,16 +57,25 @@ def step(client: httpx.Client, name: str, groups: list[Any], path: str = "train"
 
 
 def board_prompt(board: str) -> list[dict]:
-    return [{"role": "system", "content": "You play tic-tac-toe. Name an empty cell, like B2."},
-            {"role": "user", "content": f"Board:\n{board}\nName an empty cell."}]
+    return [
+        {"role": "system", "content": "You play tic-tac-toe. Name an empty cell, like B2."},
+        {"role": "user", "content": f"Board:\n{board}\nName an empty cell."},
+    ]
 
 
 def names_empty_cell(text: str, board_cells: dict[str, str]) -> bool:
     return any(cell in text and board_cells.get(cell) == "." for cell in CELLS)
 
 
-def run_toy_training(client: httpx.Client, name: str, steps: int, seed: int, lr: float, turns: int = 1,
-                     on_step: Callable[[int, float], None] | None = None) -> list[float]:
+def run_toy_training(
+    client: httpx.Client,
+    name: str,
+    steps: int,
+    seed: int,
+    lr: float,
+    turns: int = 1,
+    on_step: Callable[[int, float], None] | None = None,
+) -> list[float]:
     """Trains "name an empty cell" (one turn, or `turns` turns in one conversation) and returns the
     mean reward of each step's group."""
     import random

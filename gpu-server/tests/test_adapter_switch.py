@@ -22,7 +22,9 @@ def peft_model(tiny_path):
 
     torch.manual_seed(0)
     base = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32).eval()
-    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"], lora_dropout=0.0, init_lora_weights=False)
+    config = LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"], lora_dropout=0.0, init_lora_weights=False
+    )
     model = get_peft_model(base, config, adapter_name=SLOTS[0])
     for slot in SLOTS[1:]:
         model.add_adapter(slot, config)
@@ -70,7 +72,9 @@ def test_the_trainer_state_is_put_back_after_each_block(peft_model):
         switched_logits(peft_model, slot)
     assert peft_model.active_adapter == SLOTS[0]
     assert {n: p.requires_grad for n, p in peft_model.named_parameters()} == grads
-    assert all(not layer.disable_adapters and layer.active_adapters == [SLOTS[0]] for layer in adapter_switch.lora_layers(peft_model))
+    assert all(
+        not layer.disable_adapters and layer.active_adapters == [SLOTS[0]] for layer in adapter_switch.lora_layers(peft_model)
+    )
 
 
 def test_the_layer_list_follows_adapters_added_and_deleted(peft_model):
@@ -78,7 +82,9 @@ def test_the_layer_list_follows_adapters_added_and_deleted(peft_model):
     from peft.tuners.tuners_utils import BaseTunerLayer
 
     before = adapter_switch.lora_layers(peft_model)
-    peft_model.add_adapter("wide", LoraConfig(r=4, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"], init_lora_weights=False))
+    peft_model.add_adapter(
+        "wide", LoraConfig(r=4, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"], init_lora_weights=False)
+    )
     try:
         assert len(adapter_switch.lora_layers(peft_model)) > len(before)
         assert torch.equal(switched_logits(peft_model, "wide"), peft_logits(peft_model, "wide"))

@@ -12,8 +12,12 @@ from art_server.models.builtin import BUILTIN_SPECS, build_tokenizer, builtin_pa
 
 pytestmark = pytest.mark.fast  # no server process (docs/development.md#tiers)
 
-SAMPLES = ["Hello <move>B2</move> world, café 123\n\n  x", '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>',
-           "left right up down A1 C3", "émoji 🙂 and tabs\t"]
+SAMPLES = [
+    "Hello <move>B2</move> world, café 123\n\n  x",
+    '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>',
+    "left right up down A1 C3",
+    "émoji 🙂 and tabs\t",
+]
 
 
 def test_tiny_builds_in_seconds_and_loads_with_auto_classes(tmp_path):
@@ -55,8 +59,9 @@ def test_the_random_policy_is_far_from_uniform(tiny_path):
     """initializer_range 0.2: a near-uniform policy would give GRPO nothing to sharpen."""
     model = AutoModelForCausalLM.from_pretrained(tiny_path)
     tok = AutoTokenizer.from_pretrained(tiny_path)
-    ids = tok.apply_chat_template([{"role": "user", "content": "Name an empty cell."}], add_generation_prompt=True,
-                                  tokenize=True, return_dict=True)["input_ids"]
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "Name an empty cell."}], add_generation_prompt=True, tokenize=True, return_dict=True
+    )["input_ids"]
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([ids])).logits[0, -1]
     entropy = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum().item()
@@ -72,13 +77,21 @@ def test_bigger_builtin_sizes_build(tmp_path, size):
 
 def test_chat_template_renders_tools_calls_and_results(tiny_path):
     tok = AutoTokenizer.from_pretrained(tiny_path)
-    text = tok.apply_chat_template([
-        {"role": "system", "content": "S"},
-        {"role": "user", "content": "U"},
-        {"role": "assistant", "content": None,
-         "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]},
-        {"role": "tool", "content": "R"},
-    ], tools=[{"type": "function", "function": {"name": "f"}}], add_generation_prompt=True, tokenize=False)
+    text = tok.apply_chat_template(
+        [
+            {"role": "system", "content": "S"},
+            {"role": "user", "content": "U"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"x": 1}}}],
+            },
+            {"role": "tool", "content": "R"},
+        ],
+        tools=[{"type": "function", "function": {"name": "f"}}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
     assert text.startswith("<|im_start|>system\nS\n\n# Tools")
     assert '<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call><|im_end|>\n' in text
     assert "<|im_start|>user\n<tool_response>\nR\n</tool_response><|im_end|>\n" in text

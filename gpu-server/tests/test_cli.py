@@ -50,8 +50,11 @@ def test_ready_line_is_the_only_stdout_and_the_token_guards_the_api(tmp_path):
         assert srv.url.startswith("http://127.0.0.1:") and srv.token == "secret-token"
         assert httpx.get(f"{srv.url}/v1/models", headers={"Authorization": "Bearer secret-token"}).json()["data"] == []
         # No base model yet: serving says how to get one.
-        r = httpx.post(f"{srv.url}/v1/chat/completions", headers={"Authorization": "Bearer secret-token"},
-                       json={"model": "builtin:tiny", "messages": [{"role": "user", "content": "hi"}]})
+        r = httpx.post(
+            f"{srv.url}/v1/chat/completions",
+            headers={"Authorization": "Bearer secret-token"},
+            json={"model": "builtin:tiny", "messages": [{"role": "user", "content": "hi"}]},
+        )
         assert r.status_code == 404 and "--base-model" in r.json()["error"]["message"]
     finally:
         srv.stop()

@@ -32,10 +32,12 @@ def state_of(c: httpx.Client, server: ServerProcess, project: str, name: str) ->
     return {
         "step": info["step"],
         "checkpoints": sorted(int(p.name) for p in (root / "checkpoints").iterdir() if p.name.isdigit()),
-        "trained_into": sorted(r["trained_into_step"] for r in c.get(f"/v1/art/models/{name}/history").json()["rows"]
-                               if "trained_into_step" in r),
+        "trained_into": sorted(
+            r["trained_into_step"] for r in c.get(f"/v1/art/models/{name}/history").json()["rows"] if "trained_into_step" in r
+        ),
         "trajectories": sorted(int(p.stem) for p in (root / "trajectories" / "train").glob("*.jsonl"))
-        if (root / "trajectories" / "train").exists() else [],
+        if (root / "trajectories" / "train").exists()
+        else [],
         "bare_name_serves": bare["parent"],
         "leftovers": sorted(p.name for p in (root / "checkpoints").iterdir() if not p.name.isdigit()),
     }
@@ -45,17 +47,24 @@ def consistent(state: dict[str, Any], name: str) -> bool:
     """Every committed step has its checkpoint, history row and trajectories, is what the bare name
     serves, and nothing of an uncommitted step is there."""
     s = state["step"]
-    return (state["checkpoints"] == list(range(s + 1)) and state["trained_into"] == list(range(1, s + 1))
-            and state["trajectories"] == list(range(s)) and state["bare_name_serves"] == f"{name}@{s}"
-            and not state["leftovers"])
+    return (
+        state["checkpoints"] == list(range(s + 1))
+        and state["trained_into"] == list(range(1, s + 1))
+        and state["trajectories"] == list(range(s))
+        and state["bare_name_serves"] == f"{name}@{s}"
+        and not state["leftovers"]
+    )
 
 
 def leave_after_progress(server: ServerProcess, name: str, body: bytes, delay_s: float) -> bytes:
     """Sends a train request on a raw socket, reads until its progress line, waits `delay_s`, closes."""
     host, port = server.url.removeprefix("http://").rsplit(":", 1)
     with socket.create_connection((host, int(port))) as sock:
-        sock.sendall(f"POST /v1/art/models/{name}/train HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {server.token}\r\n"
-                     f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+        sock.sendall(
+            f"POST /v1/art/models/{name}/train HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {server.token}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
         seen = b""
         while b'"progress"' not in seen:
             chunk = sock.recv(65536)
@@ -89,8 +98,9 @@ def test_a_client_that_leaves_during_the_save_gets_a_step_that_happened_complete
                 # rate saves it again (a rolled-back step that left its update behind would show here).
                 status, _ = train_status(c, "big", [group], {"learning_rate": 1e-12})
                 latest = c.get("/v1/art/models/big").json()["step"]
-                memory_ok &= status == 200 and same_weights(weights_of(server, "durable", "big", latest),
-                                                            weights_of(server, "durable", "big", latest - 1))
+                memory_ok &= status == 200 and same_weights(
+                    weights_of(server, "durable", "big", latest), weights_of(server, "durable", "big", latest - 1)
+                )
             final = state_of(c, server, "durable", "big")
     finally:
         server.stop()
@@ -103,8 +113,11 @@ def test_a_client_that_leaves_during_the_save_gets_a_step_that_happened_complete
         again.stop()
     print("client left during the save:", dict(zip(LEAVE_MS, outcomes)))
     ok = all(consistent(s, "big") for s in states) and restarted == final and memory_ok
-    report("a client that leaves 10-130 ms after a step's progress line, r=512 (7 trials, restart)", [200] * len(LEAVE_MS),
-           corrupted=not ok)
+    report(
+        "a client that leaves 10-130 ms after a step's progress line, r=512 (7 trials, restart)",
+        [200] * len(LEAVE_MS),
+        corrupted=not ok,
+    )
     assert all(consistent(s, "big") for s in states), states
     assert "?" not in outcomes, outcomes
     assert memory_ok, "a rolled-back step left its update in the adapter"
@@ -144,9 +157,13 @@ def test_sigterm_during_a_long_step_exits_within_a_second_and_rolls_it_back(tmp_
     finally:
         again.stop()
     print(f"SIGTERM during a long step: the server exited after {seconds:.2f} s")
-    report("SIGTERM during a long step: exit time, rollback", [200], hang=seconds > 15,
-           corrupted=state["step"] != 0 or not consistent(state, "long"),
-           wrong=f"exited after {seconds:.1f} s" if seconds > 1.5 else "")
+    report(
+        "SIGTERM during a long step: exit time, rollback",
+        [200],
+        hang=seconds > 15,
+        corrupted=state["step"] != 0 or not consistent(state, "long"),
+        wrong=f"exited after {seconds:.1f} s" if seconds > 1.5 else "",
+    )
     assert seconds < 1.5, f"the server took {seconds:.2f} s to exit"
     assert told == ["step_cancelled"], rest[-3:]  # the client still reading is told the step was rolled back
     assert state["step"] == 0 and consistent(state, "long"), state
@@ -156,9 +173,12 @@ def test_a_start_killed_while_it_builds_a_model_leaves_no_folder_behind(tmp_path
     data = tmp_path_factory.mktemp("killed-build")
     builtin = data / "builtin"
     # A real death during the build (ART_FAULT ends the process as kill -9 would, before the rename) ...
-    died = subprocess.Popen([sys.executable, "-m", "art_server", "--data-dir", str(data), "--port", "0", "--base-model",
-                             "builtin:tiny"], env={**os.environ, "ART_FAULT": "exit_during_build"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    died = subprocess.Popen(
+        [sys.executable, "-m", "art_server", "--data-dir", str(data), "--port", "0", "--base-model", "builtin:tiny"],
+        env={**os.environ, "ART_FAULT": "exit_during_build"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         died.wait(timeout=120)
     except subprocess.TimeoutExpired:  # a server without that fault point started: stop it the same way
@@ -171,12 +191,16 @@ def test_a_start_killed_while_it_builds_a_model_leaves_no_folder_behind(tmp_path
     server = start_server(data, "--base-model", "builtin:tiny")
     try:
         with server.client() as c:
-            served = c.post("/v1/chat/completions", json={"model": "builtin:tiny", "messages": [{"role": "user", "content": "hi"}],
-                                                          "max_tokens": 2}).status_code
+            served = c.post(
+                "/v1/chat/completions",
+                json={"model": "builtin:tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+            ).status_code
     finally:
         server.stop()
     remaining = sorted(p.name for p in builtin.iterdir() if p.name.startswith("."))
-    report("kill -9 during the first start (a built-in model half built)", [served], wrong=f"left {remaining}" if remaining else "")
+    report(
+        "kill -9 during the first start (a built-in model half built)", [served], wrong=f"left {remaining}" if remaining else ""
+    )
     assert died.returncode == 137 and left, (died.returncode, left)
     assert served == 200 and remaining == [], remaining
 

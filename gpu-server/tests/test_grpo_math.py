@@ -53,8 +53,9 @@ def test_loss_and_gradient_match_the_reference(variant, level, kl):
     ref = old + 0.1 if kl else None
     new_a = base.clone().requires_grad_(True)
     new_b = base.clone().requires_grad_(True)
-    got = grpo_token_loss(new_a, old, adv, w, seq, variant=variant, eps_low=0.2, eps_high=0.28, importance_sampling=level,
-                          ref_lp=ref, kl_coef=kl)
+    got = grpo_token_loss(
+        new_a, old, adv, w, seq, variant=variant, eps_low=0.2, eps_high=0.28, importance_sampling=level, ref_lp=ref, kl_coef=kl
+    )
     want = reference_loss(new_b, old, adv, w, seq, variant, 0.2, 0.28, level, ref, kl)
     got.loss.backward()
     want.backward()
@@ -134,13 +135,18 @@ def test_length_normalization_none_weighs_every_token_alike_trajectory_weighs_ev
     from art_server.trainer.grpo import GRPOConfig, prepare
 
     def trajectory(n: int, reward: float) -> dict:
-        return {"reward": reward, "messages_and_choices": [{"kind": "choice", "prompt_token_ids": [1, 2], "token_ids": list(range(3, 3 + n)),
-                                                            "logprobs": [-1.0] * n}]}
+        return {
+            "reward": reward,
+            "messages_and_choices": [
+                {"kind": "choice", "prompt_token_ids": [1, 2], "token_ids": list(range(3, 3 + n)), "logprobs": [-1.0] * n}
+            ],
+        }
 
     group = [trajectory(2, 1.0), trajectory(6, 0.0)]
     per_answer = {len(it.sequence.input_ids) - 2: it.weight for it in prepare([group], GRPOConfig(), 100).items}
-    per_token = {len(it.sequence.input_ids) - 2: it.weight for it in
-                 prepare([group], GRPOConfig(length_normalization="none"), 100).items}
+    per_token = {
+        len(it.sequence.input_ids) - 2: it.weight for it in prepare([group], GRPOConfig(length_normalization="none"), 100).items
+    }
     assert per_answer == pytest.approx({2: 1 / 2 / 2, 6: 1 / 6 / 2})
     assert per_token == pytest.approx({2: 1 / 6 / 2, 6: 1 / 6 / 2})
 
@@ -152,15 +158,23 @@ def test_policy_lag_is_measured_per_trained_token_and_groups_past_max_steps_off_
     from art_server.trainer.grpo import GRPOConfig, prepare
 
     def turn(n: int, step: int | None) -> dict:
-        return {"kind": "choice", "prompt_token_ids": [1, 2], "token_ids": list(range(3, 3 + n)), "logprobs": [-1.0] * n,
-                **({"art_policy_step": step} if step is not None else {})}
+        return {
+            "kind": "choice",
+            "prompt_token_ids": [1, 2],
+            "token_ids": list(range(3, 3 + n)),
+            "logprobs": [-1.0] * n,
+            **({"art_policy_step": step} if step is not None else {}),
+        }
 
-    fresh = [{"reward": 1.0, "messages_and_choices": [turn(2, 5), turn(2, 4)]},
-             {"reward": 0.0, "messages_and_choices": [turn(4, 5), turn(1, None)]}]
+    fresh = [
+        {"reward": 1.0, "messages_and_choices": [turn(2, 5), turn(2, 4)]},
+        {"reward": 0.0, "messages_and_choices": [turn(4, 5), turn(1, None)]},
+    ]
     old = [{"reward": 1.0, "messages_and_choices": [turn(3, 2)]}, {"reward": 0.0, "messages_and_choices": [turn(3, 5)]}]
     p = prepare([fresh, old], GRPOConfig(), 100, step=5)
     assert not p.skipped and p.lag_metrics() == pytest.approx(
-        {"policy_lag_min": 0, "policy_lag_max": 3, "policy_lag_mean": (0 * 2 + 1 * 2 + 0 * 4 + 3 * 3 + 0 * 3) / 14})
+        {"policy_lag_min": 0, "policy_lag_max": 3, "policy_lag_mean": (0 * 2 + 1 * 2 + 0 * 4 + 3 * 3 + 0 * 3) / 14}
+    )
     bounded = prepare([fresh, old], GRPOConfig(max_steps_off_policy=1), 100, step=5)
     assert bounded.skipped == {"stale": 1} and "3 steps behind step 5" in bounded.skip_details[0]
     assert bounded.lag_metrics() == pytest.approx({"policy_lag_min": 0, "policy_lag_max": 1, "policy_lag_mean": 2 / 8})

@@ -27,8 +27,10 @@ def srv(tmp_path_factory) -> Iterator[ServerProcess]:
 
 
 def chat(c: httpx.Client, **fields) -> httpx.Response:
-    return c.post("/v1/chat/completions", json={"model": "builtin:tiny", "messages": PROMPT, "max_tokens": 6, "seed": 7,
-                                                "logprobs": True, **fields})
+    return c.post(
+        "/v1/chat/completions",
+        json={"model": "builtin:tiny", "messages": PROMPT, "max_tokens": 6, "seed": 7, "logprobs": True, **fields},
+    )
 
 
 def sampled(r: httpx.Response) -> tuple[list[int], list]:
@@ -41,15 +43,23 @@ def finite(logprobs: list) -> bool:
 
 
 def test_temperatures_and_top_p_too_small_for_float32_sample_greedily_not_garbage(srv):
-    cases = {"temperature 1e-38": {"temperature": 1e-38}, "temperature 1e-300": {"temperature": 1e-300},
-             "temperature 5e-6": {"temperature": 5e-6}, "top_p 1e-45": {"top_p": 1e-45}, "top_p 1e-300": {"top_p": 1e-300},
-             "temperature 0.7, top_p 1e-300": {"temperature": 0.7, "top_p": 1e-300}}
+    cases = {
+        "temperature 1e-38": {"temperature": 1e-38},
+        "temperature 1e-300": {"temperature": 1e-300},
+        "temperature 5e-6": {"temperature": 5e-6},
+        "top_p 1e-45": {"top_p": 1e-45},
+        "top_p 1e-300": {"top_p": 1e-300},
+        "temperature 0.7, top_p 1e-300": {"temperature": 0.7, "top_p": 1e-300},
+    }
     with srv.client() as c:
         greedy, _ = sampled(chat(c, temperature=0))
         answers = {case: chat(c, **fields) for case, fields in cases.items()}
     wrong = [case for case, r in answers.items() if r.status_code != 200 or not finite(sampled(r)[1]) or sampled(r)[0] != greedy]
-    report("temperature 1e-38 / 1e-300 / 5e-6, top_p 1e-45 / 1e-300", [r.status_code for r in answers.values()],
-           wrong=f"garbage (not the greedy tokens, or null logprobs): {', '.join(wrong)}" if wrong else "")
+    report(
+        "temperature 1e-38 / 1e-300 / 5e-6, top_p 1e-45 / 1e-300",
+        [r.status_code for r in answers.values()],
+        wrong=f"garbage (not the greedy tokens, or null logprobs): {', '.join(wrong)}" if wrong else "",
+    )
     assert not wrong, {case: answers[case].text[:300] for case in wrong}
 
 
@@ -68,14 +78,22 @@ def test_json_nested_past_the_bound_is_a_400_and_within_it_is_taken(srv):
         def requests(levels: int) -> dict[str, httpx.Response | int]:
             with_meta = [{**t, "metadata": {"x": deep(levels)}} for t in group]
             tool = {"type": "function", "function": {"name": "f", "parameters": deep(levels)}}
-            sft = {"conversations": [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
-                                      "tools": [tool]}], "config": {"epochs": 1, "learning_rate": 1e-9}}
+            sft = {
+                "conversations": [
+                    {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "tools": [tool]}
+                ],
+                "config": {"epochs": 1, "learning_rate": 1e-9},
+            }
             return {
                 "train metadata": attempt(lambda: train_status(c, "nested", [with_meta], {"learning_rate": 1e-9})[0]),
                 "log metadata": attempt(lambda: c.post("/v1/art/models/nested/log", json={"groups": [with_meta]})),
                 "train_sft tool parameters": attempt(lambda: c.post("/v1/art/models/nested/train_sft", json=sft)),
-                "chat message field": attempt(lambda: c.post("/v1/chat/completions", json={
-                    "model": "nested", "max_tokens": 2, "messages": [{**PROMPT[0], "extra": deep(levels)}]})),
+                "chat message field": attempt(
+                    lambda: c.post(
+                        "/v1/chat/completions",
+                        json={"model": "nested", "max_tokens": 2, "messages": [{**PROMPT[0], "extra": deep(levels)}]},
+                    )
+                ),
             }
 
         shallow = {k: status_of(v) for k, v in requests(60).items()}
@@ -114,19 +132,25 @@ def test_adapters_that_do_not_fit_the_base_model_are_refused_with_the_reason(srv
             "lora_alpha 1e30": _adapter(srv, tmp_path, "alpha", {"lora_alpha": 1e30}),
             "lora_alpha NaN": _adapter(srv, tmp_path, "nan", {"lora_alpha": float("nan")}),
         }
-        answers = {case: attempt(lambda: c.post("/v1/load_lora_adapter", json={"lora_name": f"misfit{i}@1", "lora_path": str(path)}))
-                   for i, (case, path) in enumerate(folders.items())}
+        answers = {
+            case: attempt(lambda: c.post("/v1/load_lora_adapter", json={"lora_name": f"misfit{i}@1", "lora_path": str(path)}))
+            for i, (case, path) in enumerate(folders.items())
+        }
         # Whatever was accepted is served: it must give finite logprobs, not garbage.
-        served = {case: chat(c, model=f"misfit{i}@1", temperature=0) for i, case in enumerate(folders)
-                  if status_of(answers[case]) == 200}
+        served = {
+            case: chat(c, model=f"misfit{i}@1", temperature=0)
+            for i, case in enumerate(folders)
+            if status_of(answers[case]) == 200
+        }
         base_after = chat(c, temperature=0)
         good = c.post("/v1/load_lora_adapter", json={"lora_name": "good@1", "lora_path": str(_adapter(srv, tmp_path, "good"))})
         good_served = chat(c, model="good@1", temperature=0)
     for case, r in answers.items():
         garbage = case in served and not (served[case].status_code == 200 and finite(sampled(served[case])[1]))
         report(f"load_lora_adapter: {case}", [status_of(r)], wrong="serves garbage (null logprobs)" if garbage else "")
-    assert {case: status_of(r) for case, r in answers.items()} == dict.fromkeys(folders, 400), \
-        {case: getattr(r, "text", r) for case, r in answers.items()}
+    assert {case: status_of(r) for case, r in answers.items()} == dict.fromkeys(folders, 400), {
+        case: getattr(r, "text", r) for case, r in answers.items()
+    }
     assert all(r.json()["error"]["message"] for r in answers.values())
     assert base_after.status_code == 200 and finite(sampled(base_after)[1])
     assert good.status_code == 200 and good_served.status_code == 200 and finite(sampled(good_served)[1])
@@ -147,8 +171,11 @@ def test_names_of_trained_models_are_theirs_alone(srv, tmp_path):
         claimed = register(c, "ext")
         # Another base model under a registered name.
         rebased = register(c, "own", base_model="builtin:small")
-    report("load_lora_adapter own@999 from another folder over trained model own", [takeover.status_code],
-           wrong=f"the bare name serves {bare_after}" if bare_after != "own@2" else "")
+    report(
+        "load_lora_adapter own@999 from another folder over trained model own",
+        [takeover.status_code],
+        wrong=f"the bare name serves {bare_after}" if bare_after != "own@2" else "",
+    )
     report("register a name held by loaded adapters", [claimed.status_code])
     report("re-register a model under another base model (running server)", [rebased.status_code])
     assert takeover.status_code == 409 and "trained on this server" in takeover.json()["error"]["message"]
@@ -171,22 +198,40 @@ def test_names_with_a_newline_and_reserved_project_names_are_refused_and_leave_n
             "model name 'nl\\n'": attempt(lambda: register(c, "nl\n")),
             "project 'rel2\\n'": attempt(lambda: register(c, "nl2", project="rel2\n")),
             "split 'val\\n'": attempt(lambda: c.post("/v1/art/models/named/log", json={"split": "val\n", "groups": [one_val]})),
-            "adapter 'nl\\n@1'": attempt(lambda: c.post("/v1/load_lora_adapter", json={"lora_name": "nl\n@1",
-                                                                                      "lora_path": str(srv.data_dir)})),
-            "chat model 'named@0\\n'": attempt(lambda: c.post("/v1/chat/completions", json={"model": "named@0\n", "messages": PROMPT})),
+            "adapter 'nl\\n@1'": attempt(
+                lambda: c.post("/v1/load_lora_adapter", json={"lora_name": "nl\n@1", "lora_path": str(srv.data_dir)})
+            ),
+            "chat model 'named@0\\n'": attempt(
+                lambda: c.post("/v1/chat/completions", json={"model": "named@0\n", "messages": PROMPT})
+            ),
         }
-        reserved = {name: attempt(lambda: register(c, "r", project=name)) for name in ("server.json", "server.lock", "server-identity.json")}
+        reserved = {
+            name: attempt(lambda: register(c, "r", project=name))
+            for name in ("server.json", "server.lock", "server-identity.json")
+        }
         (srv.data_dir / "blocked").write_text("a file where the project's folder would go")
         storage = attempt(lambda: register(c, "r", project="blocked"))
     slots_after = training_slots(srv)
     on_disk = [str(p) for p in srv.data_dir.rglob("*") if "\n" in p.name]
-    report("names ending in a newline (model, project, split, adapter, chat model)", [status_of(r) for r in newline.values()],
-           wrong=f"folders with a newline: {len(on_disk)}" if on_disk else "")
+    report(
+        "names ending in a newline (model, project, split, adapter, chat model)",
+        [status_of(r) for r in newline.values()],
+        wrong=f"folders with a newline: {len(on_disk)}" if on_disk else "",
+    )
     report("project named server.json / server.lock / server-identity.json", [status_of(r) for r in reserved.values()])
-    report("a registration that fails on storage leaves no LoRA slot", [status_of(storage)], injected=status_of(storage) == 507,
-           wrong=f"LoRA slots {slots_before} -> {slots_after}" if slots_after != slots_before else "")
+    report(
+        "a registration that fails on storage leaves no LoRA slot",
+        [status_of(storage)],
+        injected=status_of(storage) == 507,
+        wrong=f"LoRA slots {slots_before} -> {slots_after}" if slots_after != slots_before else "",
+    )
     assert {k: status_of(r) for k, r in newline.items()} == {**dict.fromkeys(newline, 400), "chat model 'named@0\\n'": 404}
     assert not on_disk, on_disk
-    assert all(status_of(r) == 400 and "reserved" in r.json()["error"]["message"] for r in reserved.values()), \
-        {k: getattr(r, "text", r) for k, r in reserved.items()}
-    assert status_of(storage) == 507 and slots_after == slots_before, (getattr(storage, "text", storage), slots_before, slots_after)
+    assert all(status_of(r) == 400 and "reserved" in r.json()["error"]["message"] for r in reserved.values()), {
+        k: getattr(r, "text", r) for k, r in reserved.items()
+    }
+    assert status_of(storage) == 507 and slots_after == slots_before, (
+        getattr(storage, "text", storage),
+        slots_before,
+        slots_after,
+    )

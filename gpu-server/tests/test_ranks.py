@@ -41,13 +41,19 @@ def groups_from(client: httpx.Client, model: str) -> list[list[dict]]:
     groups = []
     for g, messages in enumerate(PROMPTS):
         r = sample(client, model, messages, 6, 4 + 3 * g, seed=g)
-        groups.append([{"messages_and_choices": [*messages, choice_item(r, c)],
-                        "reward": float(len(c["token_ids"]) % 3 + i % 2)} for i, c in enumerate(r["choices"])])
+        groups.append(
+            [
+                {"messages_and_choices": [*messages, choice_item(r, c)], "reward": float(len(c["token_ids"]) % 3 + i % 2)}
+                for i, c in enumerate(r["choices"])
+            ]
+        )
     return groups
 
 
-CONVERSATIONS = [{"messages": [{"role": "user", "content": f"Say {w}."}, {"role": "assistant", "content": f"{w} {w}!"}]}
-                 for w in ("apple", "pear", "plum", "fig", "kiwi", "lime", "date")]
+CONVERSATIONS = [
+    {"messages": [{"role": "user", "content": f"Say {w}."}, {"role": "assistant", "content": f"{w} {w}!"}]}
+    for w in ("apple", "pear", "plum", "fig", "kiwi", "lime", "date")
+]
 
 
 def ranks_server(data: Path, *args: str, env: dict[str, str] | None = None) -> ServerProcess:
@@ -56,8 +62,11 @@ def ranks_server(data: Path, *args: str, env: dict[str, str] | None = None) -> S
 
 def workers_of(srv: ServerProcess) -> list[int]:
     out = subprocess.run(["pgrep", "-f", "art_server.trainer.rank_worker"], capture_output=True, text=True).stdout.split()
-    return [int(p) for p in out if (Path(f"/proc/{p}/status").exists()
-                                    and f"PPid:\t{srv.process.pid}" in Path(f"/proc/{p}/status").read_text())]
+    return [
+        int(p)
+        for p in out
+        if (Path(f"/proc/{p}/status").exists() and f"PPid:\t{srv.process.pid}" in Path(f"/proc/{p}/status").read_text())
+    ]
 
 
 def failed_step(client: httpx.Client, name: str, groups: list[list[dict]]) -> dict:
@@ -83,7 +92,9 @@ def two_ranks(tmp_path_factory, tiny_path):
     srv.stop()
 
 
-def trained_on_both(one: httpx.Client, two: httpx.Client, name: str, path: str, data: list, **config) -> tuple[dict, dict, dict, list]:
+def trained_on_both(
+    one: httpx.Client, two: httpx.Client, name: str, path: str, data: list, **config
+) -> tuple[dict, dict, dict, list]:
     """Registers `name` on both servers, trains one step on each; returns the adapters before and after
     (one process, two ranks) and the two results' metrics."""
     results = []
@@ -98,8 +109,9 @@ def test_a_grpo_step_on_two_ranks_equals_one_process(server, two_ranks):
     process's within 1e-6 while the step moved it ~1000x that."""
     with server.client() as one, two_ranks.client() as two:
         groups = groups_from(one, "dp-sampler")
-        before, after_one, after_two, results = trained_on_both(one, two, "dp-grpo", "train", groups,
-                                                                learning_rate=LR, micro_batch_size=4)
+        before, after_one, after_two, results = trained_on_both(
+            one, two, "dp-grpo", "train", groups, learning_rate=LR, micro_batch_size=4
+        )
     print(f"GRPO: adapter moved {max_diff(before, after_one):.2e}; 1 vs 2 ranks differ by {max_diff(after_one, after_two):.2e}")
     assert max_diff(before, after_one) > 5e-4
     assert max_diff(after_one, after_two) < 1e-6
@@ -109,8 +121,9 @@ def test_a_grpo_step_on_two_ranks_equals_one_process(server, two_ranks):
 
 def test_an_sft_step_on_two_ranks_equals_one_process(server, two_ranks):
     with server.client() as one, two_ranks.client() as two:
-        before, after_one, after_two, results = trained_on_both(one, two, "dp-sft", "train_sft", CONVERSATIONS,
-                                                                learning_rate=LR, epochs=1, batch_size=7, micro_batch_size=2)
+        before, after_one, after_two, results = trained_on_both(
+            one, two, "dp-sft", "train_sft", CONVERSATIONS, learning_rate=LR, epochs=1, batch_size=7, micro_batch_size=2
+        )
     print(f"SFT: adapter moved {max_diff(before, after_one):.2e}; 1 vs 2 ranks differ by {max_diff(after_one, after_two):.2e}")
     assert max_diff(before, after_one) > 5e-4
     assert max_diff(after_one, after_two) < 1e-6
@@ -165,8 +178,11 @@ def test_a_rank_that_dies_fails_the_step_rolls_back_and_the_next_step_restarts_i
         srv.process.send_signal(signal.SIGKILL)
         srv.process.wait()
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and Path(f"/proc/{worker}").exists() \
-                and "zombie" not in Path(f"/proc/{worker}/status").read_text():
+        while (
+            time.monotonic() < deadline
+            and Path(f"/proc/{worker}").exists()
+            and "zombie" not in Path(f"/proc/{worker}/status").read_text()
+        ):
             time.sleep(0.1)
         assert not Path(f"/proc/{worker}").exists() or "zombie" in Path(f"/proc/{worker}/status").read_text()
     finally:
@@ -218,13 +234,16 @@ def test_a_rank_that_stops_answering_fails_the_step_within_the_rank_timeout(tmp_
         srv.stop()
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--train-ranks", "3"], "3 CPU ranks on this machine, which has"),
-    (["--train-ranks", "2", "--train-devices", "cuda:0,cuda:1"], "cuda:0 does not exist"),
-    (["--train-ranks", "2", "--train-devices", "cpu"], "names 1 device(s) for 2 rank(s)"),
-    (["--train-ranks", "0"], "--train-ranks 0"),
-    (["--train-ranks", "2", "--train-local-ranks", "1"], "set --train-master-port"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--train-ranks", "3"], "3 CPU ranks on this machine, which has"),
+        (["--train-ranks", "2", "--train-devices", "cuda:0,cuda:1"], "cuda:0 does not exist"),
+        (["--train-ranks", "2", "--train-devices", "cpu"], "names 1 device(s) for 2 rank(s)"),
+        (["--train-ranks", "0"], "--train-ranks 0"),
+        (["--train-ranks", "2", "--train-local-ranks", "1"], "set --train-master-port"),
+    ],
+)
 def test_impossible_rank_configurations_are_one_line_errors(tmp_path, args, says):
     started = time.monotonic()
     line = configuration_error(tmp_path / "data", "--base-model", "builtin:tiny", *args)
@@ -235,17 +254,44 @@ def test_impossible_rank_configurations_are_one_line_errors(tmp_path, args, says
 def test_a_rendezvous_that_never_completes_is_a_configuration_error_in_seconds(tmp_path, tiny_path):
     port = free_port()
     started = time.monotonic()
-    line = configuration_error(tmp_path / "data", "--base-model", "builtin:tiny", "--train-ranks", "2",
-                               "--train-local-ranks", "1", "--train-master-port", str(port), "--train-rendezvous-timeout", "3")
+    line = configuration_error(
+        tmp_path / "data",
+        "--base-model",
+        "builtin:tiny",
+        "--train-ranks",
+        "2",
+        "--train-local-ranks",
+        "1",
+        "--train-master-port",
+        str(port),
+        "--train-rendezvous-timeout",
+        "3",
+    )
     print(f"rendezvous timeout 3 s: exit 78 after {time.monotonic() - started:.2f} s: {line}")
     assert "rank(s) 1 of 2 did not join within 3 s" in line and f"MASTER_PORT={port}" in line, line
     assert time.monotonic() - started < 30
 
 
 def test_ranks_of_different_versions_are_refused_at_start(tmp_path, tiny_path):
-    result = subprocess.run([sys.executable, "-m", "art_server", "--data-dir", str(tmp_path / "data"), "--port", "0",
-                             "--base-model", "builtin:tiny", "--train-ranks", "2"], capture_output=True, text=True,
-                            timeout=120, env={**os.environ, "ART_FAULT": "rank_version_mismatch"})
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "art_server",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--port",
+            "0",
+            "--base-model",
+            "builtin:tiny",
+            "--train-ranks",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "ART_FAULT": "rank_version_mismatch"},
+    )
     assert result.returncode == 78, result.stderr[-2000:]
     last = result.stderr.strip().splitlines()[-1]
     assert "ranks of different versions" in last and "rank 1 runs art-server 0.0.0-mismatch" in last, last
@@ -267,11 +313,27 @@ def test_two_nodes_over_loopback_train_like_one_process(server, tmp_path, tiny_p
     node1 = None
     try:
         # The head waits for rank 1 before it is ready, so rank 1 starts first here (it retries until the store is up).
-        node1 = subprocess.Popen([sys.executable, "-m", "art_server.trainer.rank_worker", "--device", "cpu", "--threads", "1"],
-                                 env=node1_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                 start_new_session=True)
-        head = start_server(tmp_path / "head", "--base-model", "builtin:tiny", "--train-ranks", "2", "--train-local-ranks", "1",
-                            "--train-master-addr", "127.0.0.1", "--train-master-port", str(port))
+        node1 = subprocess.Popen(
+            [sys.executable, "-m", "art_server.trainer.rank_worker", "--device", "cpu", "--threads", "1"],
+            env=node1_env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        head = start_server(
+            tmp_path / "head",
+            "--base-model",
+            "builtin:tiny",
+            "--train-ranks",
+            "2",
+            "--train-local-ranks",
+            "1",
+            "--train-master-addr",
+            "127.0.0.1",
+            "--train-master-port",
+            str(port),
+        )
         try:
             with server.client() as one, head.client() as two:
                 config = {"learning_rate": LR, "epochs": 1, "batch_size": 7}
@@ -312,18 +374,22 @@ def test_a_sharded_base_holds_half_its_layers_per_rank_and_trains_like_one_proce
     to itself with its sums in another order (Adam magnifies float rounding in gradients near 1e-8)."""
     with server.client() as one, sharded.client() as two, one_more.client() as other:
         groups = [groups_from(one, "dp-sampler")[0][:3]]
-        before, after_one, after_two, results = trained_on_both(one, two, "shard-grpo", "train", groups,
-                                                                learning_rate=LR, micro_batch_size=1)
-        _, sft_one, sft_two, sft = trained_on_both(one, two, "shard-sft", "train_sft", CONVERSATIONS, learning_rate=LR,
-                                                    epochs=1, batch_size=7, micro_batch_size=3)
+        before, after_one, after_two, results = trained_on_both(
+            one, two, "shard-grpo", "train", groups, learning_rate=LR, micro_batch_size=1
+        )
+        _, sft_one, sft_two, sft = trained_on_both(
+            one, two, "shard-sft", "train_sft", CONVERSATIONS, learning_rate=LR, epochs=1, batch_size=7, micro_batch_size=3
+        )
         register(other, "shard-grpo")
         step(other, "shard-grpo", groups, learning_rate=LR, micro_batch_size=3)
         reordered = adapter(other, "shard-grpo", 1)
         ranks = two.get("/v1/engine/stats").json()["trainer_ranks"]
     grpo, floor = max_diff(after_one, after_two), max_diff(after_one, reordered)
-    print(f"sharded base: rank 0 holds {ranks['sharded_elements_here']} of {ranks['sharded_elements']} decoder-layer "
-          f"elements ({ranks['base_elements']} in the whole base); GRPO moved {max_diff(before, after_one):.2e}, 1 process vs "
-          f"sharded {grpo:.2e} (1 process reordered {floor:.2e}); SFT {max_diff(sft_one, sft_two):.2e}")
+    print(
+        f"sharded base: rank 0 holds {ranks['sharded_elements_here']} of {ranks['sharded_elements']} decoder-layer "
+        f"elements ({ranks['base_elements']} in the whole base); GRPO moved {max_diff(before, after_one):.2e}, 1 process vs "
+        f"sharded {grpo:.2e} (1 process reordered {floor:.2e}); SFT {max_diff(sft_one, sft_two):.2e}"
+    )
     assert ranks["shard_base"] and ranks["sharded_elements_here"] == pytest.approx(ranks["sharded_elements"] / 2, rel=0.01)
     assert max_diff(before, after_one) > 5e-4 and grpo <= 4 * floor + 1e-7 and max_diff(sft_one, sft_two) < 1e-6
     for key in ("loss", "grad_norm", "tokens_trained", "sampler_logprob_diff_max"):
@@ -331,9 +397,12 @@ def test_a_sharded_base_holds_half_its_layers_per_rank_and_trains_like_one_proce
     assert sft[1]["loss"] == pytest.approx(sft[0]["loss"], rel=1e-6)
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--train-shard-base"], "--train-shard-base shards the base model across trainer ranks: set --train-ranks 2"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--train-shard-base"], "--train-shard-base shards the base model across trainer ranks: set --train-ranks 2"),
+    ],
+)
 def test_sharding_without_ranks_is_a_one_line_error(tmp_path, args, says):
     assert says in configuration_error(tmp_path / "data", "--base-model", "builtin:tiny", *args)
 
@@ -351,8 +420,9 @@ def test_a_sharded_base_that_loses_a_rank_rolls_back_and_says_to_restart_while_s
             first = failed_step(c, "lost", groups)
             took = time.monotonic() - started
             second = failed_step(c, "lost", groups)
-            chat = c.post("/v1/chat/completions", json={"model": "lost", "messages": [{"role": "user", "content": "hi"}],
-                                                        "max_tokens": 2})
+            chat = c.post(
+                "/v1/chat/completions", json={"model": "lost", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+            )
             steps = [k["step"] for k in c.get("/v1/art/models/lost/checkpoints").json()["checkpoints"]]
         print(f"sharded base, rank 1 fails: 503 after {took:.2f} s: {first['error']['message']}")
         assert first["error"]["code"] == "rank_failed" and "rank 1" in first["error"]["message"] and took < 60, first
@@ -371,8 +441,11 @@ def test_a_refused_update_on_rank_0_rolls_every_rank_back_and_the_next_step_is_a
         with srv.client() as c, server.client() as one:
             groups = groups_from(one, "dp-sampler")
             register(c, "refused")
-            with c.stream("POST", "/v1/art/models/refused/train",
-                          json={"groups": groups, "config": {"learning_rate": LR, "gradient_steps": 2}}) as r:
+            with c.stream(
+                "POST",
+                "/v1/art/models/refused/train",
+                json={"groups": groups, "config": {"learning_rate": LR, "gradient_steps": 2}},
+            ) as r:
                 last = [json.loads(line) for line in r.iter_lines() if line.strip()][-1]
             assert last["type"] == "error" and "injected fault at gradient_step:2" in last["error"]["message"], last
             worker = workers_of(srv)

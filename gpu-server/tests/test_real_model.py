@@ -18,8 +18,16 @@ from rl import choice_item, sample, step
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 SYSTEM = {"role": "system", "content": "You are a concise assistant."}
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
-                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +55,9 @@ def chat(client, **body) -> dict:
     return r.json()
 
 
-def forward_logprobs(path: Path, prompt: list[int], completion: list[int], temperature: float = 1.0,
-                     adapter: Path | None = None) -> list[float]:
+def forward_logprobs(
+    path: Path, prompt: list[int], completion: list[int], temperature: float = 1.0, adapter: Path | None = None
+) -> list[float]:
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     if adapter is not None:
         from peft import PeftModel
@@ -56,7 +65,7 @@ def forward_logprobs(path: Path, prompt: list[int], completion: list[int], tempe
         model = PeftModel.from_pretrained(model, adapter)
     model.eval()
     with torch.no_grad():
-        logits = model(input_ids=torch.tensor([prompt + completion])).logits[0, len(prompt) - 1:-1].float()
+        logits = model(input_ids=torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1].float()
     lp = torch.log_softmax(logits / temperature, dim=-1)
     return lp.gather(-1, torch.tensor(completion)[:, None]).squeeze(-1).tolist()
 
@@ -80,31 +89,52 @@ def test_greedy_answers_show_a_real_language_model(client):
 def test_the_prompt_is_the_models_own_chat_template(client, tokenizer):
     messages = [SYSTEM, {"role": "user", "content": "Hi there"}]
     r = chat(client, messages=messages, max_tokens=2)
-    assert r["prompt_token_ids"] == tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                                   return_dict=True)["input_ids"]
-    assert tokenizer.decode(r["prompt_token_ids"]) == \
-        "<|im_start|>system\nYou are a concise assistant.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        r["prompt_token_ids"]
+        == tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    )
+    assert (
+        tokenizer.decode(r["prompt_token_ids"])
+        == "<|im_start|>system\nYou are a concise assistant.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
+    )
     # Without a system message, SmolLM2's template adds its own.
     bare = chat(client, messages=messages[1:], max_tokens=2)
     assert "You are a helpful AI assistant named SmolLM" in tokenizer.decode(bare["prompt_token_ids"])
 
 
 def test_tools_are_written_into_the_system_message_because_its_template_has_none(client, tokenizer):
-    messages = [SYSTEM, {"role": "user", "content": "Weather in Paris?"},
-                {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
-                {"role": "tool", "tool_call_id": "call_1", "content": '{"celsius": 21}'}]
+    messages = [
+        SYSTEM,
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"celsius": 21}'},
+    ]
     text = tokenizer.decode(chat(client, messages=messages, tools=TOOLS, max_tokens=2)["prompt_token_ids"])
     assert text.startswith("<|im_start|>system\nYou are a concise assistant.\n\n# Tools")
     assert '"name": "get_weather"' in text and "<tool_call>" in text
-    assert '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>' in text
+    assert (
+        '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'
+        in text
+    )
     assert '<|im_start|>user\n<tool_response>\n{"celsius": 21}\n</tool_response><|im_end|>' in text
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_returned_logprobs_equal_a_separate_forward_pass(client, smol_path, temperature):
-    r = chat(client, messages=[SYSTEM, {"role": "user", "content": "Name a colour."}], n=3, max_tokens=12, seed=5,
-             temperature=temperature)
+    r = chat(
+        client,
+        messages=[SYSTEM, {"role": "user", "content": "Name a colour."}],
+        n=3,
+        max_tokens=12,
+        seed=5,
+        temperature=temperature,
+    )
     for choice in r["choices"]:
         expected = forward_logprobs(smol_path, r["prompt_token_ids"], choice["token_ids"], temperature)
         got = [e["logprob"] for e in choice["logprobs"]["content"]]
@@ -119,31 +149,34 @@ def two_turn_group(client, name: str, size: int) -> list[dict]:
         turn1 = choice_item(r1, r1["choices"][0])
         follow = {"role": "user", "content": "And a vegetable?"}
         r2 = sample(client, name, [*first, turn1["message"], follow], 1, 8, seed=200 + i)
-        group.append({"messages_and_choices": [*first, turn1, follow, choice_item(r2, r2["choices"][0])],
-                      "reward": float(i)})
+        group.append({"messages_and_choices": [*first, turn1, follow, choice_item(r2, r2["choices"][0])], "reward": float(i)})
     return group
 
 
 def test_a_two_turn_trajectory_trains_on_the_exact_sampled_tokens(client):
-    assert client.post("/v1/art/models/register", json={"name": "smol-turns", "project": "real", "base_model": MODEL}).status_code == 200
+    assert (
+        client.post("/v1/art/models/register", json={"name": "smol-turns", "project": "real", "base_model": MODEL}).status_code
+        == 200
+    )
     group = two_turn_group(client, "smol-turns", 4)
     lines = step(client, "smol-turns", [group], learning_rate=1e-3)
     progress = [line for line in lines if line["type"] == "progress"]
     metrics = lines[-1]["metrics"]
     assert metrics["trajectories_trained"] == 4
     assert metrics["sequences"] == 4 + metrics["sequences_split"]
-    assert metrics["tokens_trained"] == sum(len(item["token_ids"]) for t in group for item in t["messages_and_choices"]
-                                            if item.get("kind") == "choice")
+    assert metrics["tokens_trained"] == sum(
+        len(item["token_ids"]) for t in group for item in t["messages_and_choices"] if item.get("kind") == "choice"
+    )
     # The first gradient step sees the policy that sampled: the trainer's logprobs are the server's.
     assert progress[0]["approx_kl"] < 1e-6 and progress[0]["clip_fraction"] == 0
 
 
 def test_a_trained_step_is_a_plain_peft_adapter_of_the_original_model(client, smol_path):
-    checkpoint = Path(next(c["path"] for c in client.get("/v1/art/models/smol-turns/checkpoints").json()["checkpoints"]
-                           if c["step"] == 1))
+    checkpoint = Path(
+        next(c["path"] for c in client.get("/v1/art/models/smol-turns/checkpoints").json()["checkpoints"] if c["step"] == 1)
+    )
     assert json.loads((checkpoint / "adapter_config.json").read_text())["base_model_name_or_path"] == MODEL
-    r = chat(client, model="smol-turns@1", messages=[SYSTEM, {"role": "user", "content": "Name a fruit."}], max_tokens=8,
-             seed=7)
+    r = chat(client, model="smol-turns@1", messages=[SYSTEM, {"role": "user", "content": "Name a fruit."}], max_tokens=8, seed=7)
     choice = r["choices"][0]
     got = [e["logprob"] for e in choice["logprobs"]["content"]]
     with_adapter = forward_logprobs(smol_path, r["prompt_token_ids"], choice["token_ids"], adapter=checkpoint)

@@ -45,6 +45,7 @@ def srv(tmp_path_factory) -> Iterator[ServerProcess]:
 
 # -- weights are never corrupted -----------------------------------------------------------------
 
+
 def _with_choice(good: list[dict], **fields: Any) -> list[list[dict]]:
     """The group with its first trajectory's sampled choice changed."""
     choice = good[0]["messages_and_choices"][-1]
@@ -54,12 +55,16 @@ def _with_choice(good: list[dict], **fields: Any) -> list[list[dict]]:
 BAD_STEPS: dict[str, Any] = {  # case -> (good group -> request body bytes)
     "logprob -1e30": lambda g: {"groups": _with_choice(g, logprobs=[-1e30] * len(g[0]["messages_and_choices"][-1]["token_ids"]))},
     "logprob above 0": lambda g: {"groups": _with_choice(g, logprobs=[5.0] * len(g[0]["messages_and_choices"][-1]["token_ids"]))},
-    "logprob -Infinity": lambda g: {"groups": _with_choice(g, logprobs=["@-INF@"] * len(g[0]["messages_and_choices"][-1]["token_ids"]))},
+    "logprob -Infinity": lambda g: {
+        "groups": _with_choice(g, logprobs=["@-INF@"] * len(g[0]["messages_and_choices"][-1]["token_ids"]))
+    },
     "kl_coef 1e308": lambda g: {"groups": [g], "config": {"kl_coef": 1e308}},
     "kl_coef Infinity": lambda g: {"groups": [g], "config": {"kl_coef": "@INF@"}},
     "eps_high 1e308": lambda g: {"groups": [g], "config": {"eps_high": 1e308}},
     "reward 1e308": lambda g: {"groups": [[{**g[0], "reward": 1e308}, g[1]]]},
-    "token id out of vocabulary": lambda g: {"groups": _with_choice(g, token_ids=[10**9] * len(g[0]["messages_and_choices"][-1]["token_ids"]))},
+    "token id out of vocabulary": lambda g: {
+        "groups": _with_choice(g, token_ids=[10**9] * len(g[0]["messages_and_choices"][-1]["token_ids"]))
+    },
     "negative token id": lambda g: {"groups": _with_choice(g, prompt_token_ids=[-5, 3])},
 }
 
@@ -95,8 +100,9 @@ def _clean_and_failed(tmp_path_factory, fault: str, bad_first: bool) -> tuple[di
         reference = weights_of(clean, "reliable", "tx", 1)
     finally:
         clean.stop()
-    failing = start_server(tmp_path_factory.mktemp("failing"), "--base-model", "builtin:tiny",
-                           env={"ART_FAULT": fault} if fault else None)
+    failing = start_server(
+        tmp_path_factory.mktemp("failing"), "--base-model", "builtin:tiny", env={"ART_FAULT": fault} if fault else None
+    )
     statuses = []
     try:
         with failing.client() as c:
@@ -117,11 +123,14 @@ def _clean_and_failed(tmp_path_factory, fault: str, bad_first: bool) -> tuple[di
         failing.stop()
 
 
-@pytest.mark.parametrize("case,fault,bad_first", [
-    ("out-of-vocabulary step, then a valid one", "", True),
-    ("failure in gradient step 2 (after an optimizer step), then a valid one", "gradient_step:2", False),
-    ("failed checkpoint save (read-only disk), then a valid one", "save", False),
-])
+@pytest.mark.parametrize(
+    "case,fault,bad_first",
+    [
+        ("out-of-vocabulary step, then a valid one", "", True),
+        ("failure in gradient step 2 (after an optimizer step), then a valid one", "gradient_step:2", False),
+        ("failed checkpoint save (read-only disk), then a valid one", "save", False),
+    ],
+)
 def test_a_failed_step_leaves_the_adapter_and_optimizer_bit_for_bit_as_before(tmp_path_factory, case, fault, bad_first):
     reference, after_failure, statuses = _clean_and_failed(tmp_path_factory, fault, bad_first)
     identical = same(reference, after_failure)
@@ -145,7 +154,9 @@ def test_a_crash_right_after_the_checkpoint_keeps_its_history_row_and_trajectori
             assert register(c, "durable").json()["step"] == 1
             rows = c.get("/v1/art/models/durable/history").json()["rows"]
         model_dir = data / "reliable" / "models" / "durable"
-        kept = [r for r in rows if r.get("trained_into_step") == 1] and (model_dir / "trajectories" / "train" / "0000.jsonl").exists()
+        kept = [r for r in rows if r.get("trained_into_step") == 1] and (
+            model_dir / "trajectories" / "train" / "0000.jsonl"
+        ).exists()
         report("kill right after a checkpoint's rename", [200], corrupted=not kept)
         assert kept, rows
     finally:
@@ -153,6 +164,7 @@ def test_a_crash_right_after_the_checkpoint_keeps_its_history_row_and_trajectori
 
 
 # -- work has bounds and owners ------------------------------------------------------------------
+
 
 def test_a_training_request_whose_client_leaves_is_cancelled_and_rolled_back(tmp_path_factory):
     srv = start_server(tmp_path_factory.mktemp("leaver"), "--base-model", "builtin:tiny")
@@ -166,8 +178,9 @@ def _leave_a_long_step(srv: ServerProcess) -> None:
     conversation = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello there"}]}
     with srv.client() as c:
         assert register(c, "leaver").status_code == 200
-        with c.stream("POST", "/v1/art/models/leaver/train_sft",
-                      json={"conversations": [conversation], "config": {"epochs": 10**9}}) as r:
+        with c.stream(
+            "POST", "/v1/art/models/leaver/train_sft", json={"conversations": [conversation], "config": {"epochs": 10**9}}
+        ) as r:
             too_many = r.status_code  # 200: accepted, and training a billion epochs; leaving closes the request
             if too_many != 200:
                 r.read()
@@ -206,18 +219,31 @@ def test_a_huge_prompt_is_refused_fast_without_stalling_other_requests_or_the_ca
     with health_latencies(srv.url) as timings, srv.client(timeout=60) as c:
         cache_before = c.get("/v1/engine/stats").json().get("prompt_cache", {}).get("bytes")
         for size in (4_000_000, 4_000_000, 4_000_000, len(huge)):
-            statuses.append(status_of(attempt(lambda: c.post("/v1/chat/completions", json={
-                "model": "builtin:tiny", "messages": [{"role": "user", "content": huge[:size]}]}))))
+            statuses.append(
+                status_of(
+                    attempt(
+                        lambda: c.post(
+                            "/v1/chat/completions",
+                            json={"model": "builtin:tiny", "messages": [{"role": "user", "content": huge[:size]}]},
+                        )
+                    )
+                )
+            )
         cache_after = c.get("/v1/engine/stats").json().get("prompt_cache", {}).get("bytes")
     worst = max(timings) if timings else 0.0
-    report("10 MB prompt, /health meanwhile; rejected prompts cached", statuses, hang=worst > 1.0,
-           wrong="" if cache_after is not None and cache_after <= cache_before else "refused prompts kept in the cache")
+    report(
+        "10 MB prompt, /health meanwhile; rejected prompts cached",
+        statuses,
+        hang=worst > 1.0,
+        wrong="" if cache_after is not None and cache_after <= cache_before else "refused prompts kept in the cache",
+    )
     assert all(s == 400 for s in statuses), statuses
     assert worst < 1.0, f"/health took {worst:.2f} s during a huge prompt"
     assert cache_after == cache_before
 
 
 # -- concurrency without 500s --------------------------------------------------------------------
+
 
 def test_requests_to_a_step_being_unloaded_finish(srv):
     with srv.client() as c:
@@ -226,8 +252,14 @@ def test_requests_to_a_step_being_unloaded_finish(srv):
 
         def ask(i: int) -> int:
             with srv.client(timeout=120) as cc:
-                return status_of(attempt(lambda: cc.post("/v1/chat/completions", json={
-                    "model": "busy@0", "messages": PROMPT, "max_tokens": 64, "n": 4, "seed": i})))
+                return status_of(
+                    attempt(
+                        lambda: cc.post(
+                            "/v1/chat/completions",
+                            json={"model": "busy@0", "messages": PROMPT, "max_tokens": 64, "n": 4, "seed": i},
+                        )
+                    )
+                )
 
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
             futures = [pool.submit(ask, i) for i in range(16)]
@@ -245,16 +277,19 @@ def test_requests_to_a_step_being_unloaded_finish(srv):
 
 def test_concurrent_first_registrations_of_one_name_all_succeed(srv):
     with concurrent.futures.ThreadPoolExecutor(6) as pool:
+
         def reg(_: int) -> tuple[int, int | None]:
             with srv.client() as c:
                 r = register(c, "racer")
                 return r.status_code, r.json().get("step")
+
         results = list(pool.map(reg, range(6)))
     report("6 concurrent first registrations of one name", [s for s, _ in results])
     assert results == [(200, 0)] * 6
 
 
 # -- every bad input is a clear 4xx --------------------------------------------------------------
+
 
 def test_bad_inputs_that_were_500s_are_4xx(srv, tmp_path):
     with srv.client() as c:
@@ -268,20 +303,34 @@ def test_bad_inputs_that_were_500s_are_4xx(srv, tmp_path):
         (truncated / "adapter_config.json").write_text((ckpt0 / "adapter_config.json").read_text())
         (truncated / "adapter_model.safetensors").write_bytes((ckpt0 / "adapter_model.safetensors").read_bytes()[:500])
         requests = {
-            "65-bit integer in a message": lambda: c.post("/v1/chat/completions", json={
-                "model": "fourxx", "messages": [{"role": "user", "content": "hi", "extra": 2**65}], "max_tokens": 2}),
+            "65-bit integer in a message": lambda: c.post(
+                "/v1/chat/completions",
+                json={"model": "fourxx", "messages": [{"role": "user", "content": "hi", "extra": 2**65}], "max_tokens": 2},
+            ),
             "step suffix '²' on chat": lambda: c.post("/v1/chat/completions", json={"model": "fourxx@²", "messages": PROMPT}),
-            "step suffix of 5000 digits": lambda: c.post("/v1/chat/completions", json={"model": "fourxx@" + "9" * 5000, "messages": PROMPT}),
+            "step suffix of 5000 digits": lambda: c.post(
+                "/v1/chat/completions", json={"model": "fourxx@" + "9" * 5000, "messages": PROMPT}
+            ),
             "load adapter 'x@²'": lambda: c.post("/v1/load_lora_adapter", json={"lora_name": "x@²", "lora_path": str(ckpt0)}),
             "unload adapter 'x@²'": lambda: c.post("/v1/unload_lora_adapter", json={"lora_name": "x@²"}),
-            "load adapter, a too-long path": lambda: c.post("/v1/load_lora_adapter", json={"lora_name": "x@1", "lora_path": "/" + "a" * 4000}),
-            "load adapter, truncated safetensors": lambda: c.post("/v1/load_lora_adapter", json={"lora_name": "x@1", "lora_path": str(truncated)}),
-            "load adapter, broken adapter_config.json": lambda: c.post("/v1/load_lora_adapter", json={"lora_name": "x@2", "lora_path": str(broken)}),
-            "register with target_modules ['nonexistent']": lambda: register(c, "badlora", lora={"target_modules": ["nonexistent"]}),
+            "load adapter, a too-long path": lambda: c.post(
+                "/v1/load_lora_adapter", json={"lora_name": "x@1", "lora_path": "/" + "a" * 4000}
+            ),
+            "load adapter, truncated safetensors": lambda: c.post(
+                "/v1/load_lora_adapter", json={"lora_name": "x@1", "lora_path": str(truncated)}
+            ),
+            "load adapter, broken adapter_config.json": lambda: c.post(
+                "/v1/load_lora_adapter", json={"lora_name": "x@2", "lora_path": str(broken)}
+            ),
+            "register with target_modules ['nonexistent']": lambda: register(
+                c, "badlora", lora={"target_modules": ["nonexistent"]}
+            ),
             "seed of 2**70": lambda: c.post("/v1/chat/completions", json={"model": "fourxx", "messages": PROMPT, "seed": 2**70}),
         }
         cases = {case: attempt(request) for case, request in requests.items()}
-        served_after = status_of(attempt(lambda: c.post("/v1/chat/completions", json={"model": "fourxx", "messages": PROMPT, "max_tokens": 2})))
+        served_after = status_of(
+            attempt(lambda: c.post("/v1/chat/completions", json={"model": "fourxx", "messages": PROMPT, "max_tokens": 2}))
+        )
     for case, r in cases.items():
         report(case, [status_of(r)])
     assert status_of(cases["65-bit integer in a message"]) == 200
@@ -295,7 +344,9 @@ def test_register_without_a_loaded_base_refuses_paths_that_are_not_models(tmp_pa
     bare = start_server(tmp_path_factory.mktemp("bare"))
     try:
         with bare.client() as c:
-            statuses = {name: status_of(attempt(lambda: register(c, "m", base_model=name))) for name in ["/", "/etc", "~", "x" * 10_000]}
+            statuses = {
+                name: status_of(attempt(lambda: register(c, "m", base_model=name))) for name in ["/", "/etc", "~", "x" * 10_000]
+            }
     finally:
         bare.stop()
     report("register base_model '/', '/etc', '~', 10,000 characters", list(statuses.values()))
@@ -303,6 +354,7 @@ def test_register_without_a_loaded_base_refuses_paths_that_are_not_models(tmp_pa
 
 
 # -- provenance ----------------------------------------------------------------------------------
+
 
 def test_choices_from_another_base_model_are_refused_and_from_another_server_warned(srv, tmp_path_factory):
     other_base = start_server(tmp_path_factory.mktemp("small"), "--base-model", "builtin:small")
@@ -330,10 +382,13 @@ def test_choices_from_another_base_model_are_refused_and_from_another_server_war
     assert refused == 400 and "another base model" in refused_lines[0]["error"]["message"]
     assert altered == 400 and "differ from what this server sampled" in altered_lines[0]["error"]["message"]
     assert accepted == 200 and any(line["type"] == "warning" and "another server" in line["message"] for line in lines)
-    assert accepted_untagged == 200 and any(line["type"] == "warning" and "no art_provenance" in line["message"] for line in untagged_lines)
+    assert accepted_untagged == 200 and any(
+        line["type"] == "warning" and "no art_provenance" in line["message"] for line in untagged_lines
+    )
 
 
 # -- the API's surface ---------------------------------------------------------------------------
+
 
 def test_docs_are_off_by_default_and_short_tokens_are_refused_off_loopback(srv, tmp_path):
     import sys
@@ -343,13 +398,22 @@ def test_docs_are_off_by_default_and_short_tokens_are_refused_off_loopback(srv, 
     with srv.client() as c:
         docs_with_token = [c.get(p).status_code for p in ("/docs", "/redoc", "/openapi.json")]
     try:
-        r = subprocess.run([sys.executable, "-m", "art_server", "--host", "0.0.0.0", "--token", "short", "--data-dir", str(tmp_path)],
-                           capture_output=True, text=True, timeout=20)
+        r = subprocess.run(
+            [sys.executable, "-m", "art_server", "--host", "0.0.0.0", "--token", "short", "--data-dir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         refused = r.returncode != 0 and "needs at least 16" in r.stderr
     except subprocess.TimeoutExpired:  # it started serving
         refused = False
-    report("docs without a token; a 5-character token on 0.0.0.0", docs,
-           wrong=", ".join(w for w in ["docs served" if 200 in docs + docs_with_token else "", "short token taken" if not refused else ""] if w))
+    report(
+        "docs without a token; a 5-character token on 0.0.0.0",
+        docs,
+        wrong=", ".join(
+            w for w in ["docs served" if 200 in docs + docs_with_token else "", "short token taken" if not refused else ""] if w
+        ),
+    )
     assert docs == [401, 401, 401]  # without the token nothing but /health answers
     assert docs_with_token == [404, 404, 404]
     assert refused

@@ -45,14 +45,17 @@ def test_the_local_hugging_face_cache_comes_before_the_packaged_gguf(smol_path, 
             (snapshot / f.name).symlink_to(f)
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("0123abc")
-    srv = start_server(tmp_path / "data", "--base-model", DEFAULT_BASE_MODEL,
-                       env={"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"})
+    srv = start_server(
+        tmp_path / "data", "--base-model", DEFAULT_BASE_MODEL, env={"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    )
     try:
         with srv.client() as c:
             card = c.get("/v1/models").json()["data"][0]
             assert card["source"] == {"kind": "hf-cache"}
-            r = c.post("/v1/chat/completions", json={"model": DEFAULT_BASE_MODEL, "max_tokens": 3,
-                                                     "messages": [{"role": "user", "content": "Hi"}]})
+            r = c.post(
+                "/v1/chat/completions",
+                json={"model": DEFAULT_BASE_MODEL, "max_tokens": 3, "messages": [{"role": "user", "content": "Hi"}]},
+            )
             assert r.status_code == 200, r.text
     finally:
         srv.stop()
@@ -66,8 +69,14 @@ def test_a_missing_packaged_model_says_how_to_install_it(monkeypatch, tmp_path):
 
 
 @pytest.mark.fast
-@pytest.mark.parametrize("typo, meant", [("builtin-tiny", "builtin:tiny"), ("builtin:tin", "builtin:tiny"),
-                                         ("HuggingFaceTB/SmolLM2-135M-instruct", DEFAULT_BASE_MODEL)])
+@pytest.mark.parametrize(
+    "typo, meant",
+    [
+        ("builtin-tiny", "builtin:tiny"),
+        ("builtin:tin", "builtin:tiny"),
+        ("HuggingFaceTB/SmolLM2-135M-instruct", DEFAULT_BASE_MODEL),
+    ],
+)
 def test_a_typo_is_answered_with_the_name_it_resembles(tmp_path, typo, meant):
     with pytest.raises(ModelNotFound, match=f"did you mean '{meant}'"):
         resolve_base_model(typo, tmp_path)

@@ -32,13 +32,23 @@ def test_in_bf16_the_corrected_ratio_starts_at_one_where_the_uncorrected_one_doe
         groups = []
         for g, prompt in enumerate(PROMPTS):
             r = sample(c, "plain", prompt, 4, 8, seed=g)
-            groups.append([{"messages_and_choices": [*prompt, choice_item(r, ch)], "reward": float(i % 2 + i / 10)}
-                           for i, ch in enumerate(r["choices"])])
+            groups.append(
+                [
+                    {"messages_and_choices": [*prompt, choice_item(r, ch)], "reward": float(i % 2 + i / 10)}
+                    for i, ch in enumerate(r["choices"])
+                ]
+            )
         # Both models are still their (identical) step 0: the same batch, once each way.
         plain = step(c, "plain", groups, learning_rate=1e-9, sampler_correction="none")[-1]["metrics"]
         fixed = step(c, "corrected", groups, learning_rate=1e-9)[-1]["metrics"]
-    keys = ("sampler_logprob_diff_mean", "sampler_logprob_diff_max", "importance_ratio_mean", "importance_ratio_max",
-            "sampler_weight_mean", "clip_fraction")
+    keys = (
+        "sampler_logprob_diff_mean",
+        "sampler_logprob_diff_max",
+        "importance_ratio_mean",
+        "importance_ratio_max",
+        "sampler_weight_mean",
+        "clip_fraction",
+    )
     print("\nbf16 none:", {k: round(plain[k], 5) for k in keys}, "\nbf16 tis: ", {k: round(fixed[k], 5) for k in keys})
     assert plain["sampler_logprob_diff_mean"] == pytest.approx(fixed["sampler_logprob_diff_mean"], rel=1e-6)
     assert plain["sampler_logprob_diff_max"] > 0.01, plain  # a real mismatch, not rounding

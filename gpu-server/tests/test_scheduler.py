@@ -35,8 +35,16 @@ def _run(engine, prompts: list[list[int]], max_tokens: list[int], overlap: int) 
                 widest = max([widest] + [b.mask.shape[1] for b in scheduler._running if b.mask is not None])
                 done.release()
 
-        seq = Sequence(f"r{i}", 0, None, prompts[i], max_tokens[i], RowParams(generator=_seed_generator(i, 0, engine.device)), emit,
-                       stream=False)
+        seq = Sequence(
+            f"r{i}",
+            0,
+            None,
+            prompts[i],
+            max_tokens[i],
+            RowParams(generator=_seed_generator(i, 0, engine.device)),
+            emit,
+            stream=False,
+        )
         scheduler.submit([seq])
 
     for i in range(min(overlap, len(prompts))):
@@ -78,8 +86,19 @@ def test_joining_and_trimming_do_not_change_what_a_seeded_sequence_samples(engin
 def _submit_together(engine, prompts: list[list[int]], max_tokens: int, seeds: list[int]) -> list[Sequence]:
     """All sequences in one submission, so they are admitted (and prefilled) as one batch."""
     done = threading.Semaphore(0)
-    seqs = [Sequence(f"t{seed}", 0, None, p, max_tokens, RowParams(generator=_seed_generator(seed, 0, engine.device)),
-                     lambda e: done.release() if isinstance(e, FinishEvent) else None, stream=False) for p, seed in zip(prompts, seeds)]
+    seqs = [
+        Sequence(
+            f"t{seed}",
+            0,
+            None,
+            p,
+            max_tokens,
+            RowParams(generator=_seed_generator(seed, 0, engine.device)),
+            lambda e: done.release() if isinstance(e, FinishEvent) else None,
+            stream=False,
+        )
+        for p, seed in zip(prompts, seeds)
+    ]
     engine.scheduler.submit(seqs)
     for _ in seqs:
         assert done.acquire(timeout=60)
@@ -90,10 +109,17 @@ def test_a_shared_system_prefix_and_repeated_prompts_are_prefilled_once_and_samp
     tok = engine.tokenizer
     system = "You play tic-tac-toe as X. Reply with one empty cell name, like B2. Nothing else at all."
     boards = [f"Board {i}: " + " ".join(f"C{j}" for j in range(i + 1)) for i in range(4)]
-    prompts = [tok.apply_chat_template([{"role": "system", "content": system}, {"role": "user", "content": b}],
-                                       add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
-               for b in boards for _ in range(2)]  # each prompt twice, like the rollouts of a group
-    common = next(n for n in range(min(map(len, prompts))) if len({tuple(p[:n + 1]) for p in prompts}) > 1)
+    prompts = [
+        tok.apply_chat_template(
+            [{"role": "system", "content": system}, {"role": "user", "content": b}],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=True,
+        )["input_ids"]
+        for b in boards
+        for _ in range(2)
+    ]  # each prompt twice, like the rollouts of a group
+    common = next(n for n in range(min(map(len, prompts))) if len({tuple(p[: n + 1]) for p in prompts}) > 1)
     before = (engine.scheduler.prompts_prefilled, engine.scheduler.tokens_prefilled)
     together = _submit_together(engine, prompts, 8, list(range(len(prompts))))
     assert engine.scheduler.prompts_prefilled - before[0] == 4

@@ -17,8 +17,16 @@ from adapters import train_fixed_answer_adapter
 from conftest import ServerProcess, start_server
 
 PROMPT = [{"role": "user", "content": "Name an empty cell."}]
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
-                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
 TOOL_PROMPT = [{"role": "user", "content": "What is the weather in Paris?"}]
 TOOL_ANSWER = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 
@@ -55,6 +63,7 @@ def adapters(server, tiny_path: Path, tmp_path_factory) -> dict[str, Path]:
 
 # -- health, auth, models ------------------------------------------------------------------------
 
+
 def test_health_needs_no_token(server):
     r = httpx.get(f"{server.url}/health")
     assert r.status_code == 200 and r.json()["engine"] == "hf" and r.json()["base_model"] == "builtin:tiny"
@@ -75,6 +84,7 @@ def test_models_lists_base_and_each_adapter_step_and_bare_name(client, adapters)
 
 
 # -- sampling parameters -----------------------------------------------------------------------
+
 
 def test_every_response_carries_prompt_and_completion_token_ids_with_logprobs(client):
     r = chat(client, max_tokens=6)
@@ -141,8 +151,9 @@ def test_top_logprobs_are_sorted_and_include_the_greedy_token(client):
         assert isinstance(entry["bytes"], list)
 
 
-def _forward_logprobs(tiny_path: Path, prompt: list[int], completion: list[int], temperature: float,
-                      adapter: Path | None = None) -> list[float]:
+def _forward_logprobs(
+    tiny_path: Path, prompt: list[int], completion: list[int], temperature: float, adapter: Path | None = None
+) -> list[float]:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32)
@@ -153,7 +164,7 @@ def _forward_logprobs(tiny_path: Path, prompt: list[int], completion: list[int],
     model.eval()
     ids = torch.tensor([prompt + completion])
     with torch.no_grad():
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float()
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
     lp = torch.log_softmax(logits / temperature, dim=-1)
     return lp.gather(-1, torch.tensor(completion)[:, None]).squeeze(-1).tolist()
 
@@ -177,6 +188,7 @@ def test_adapter_logprobs_equal_a_separate_forward_pass(client, tiny_path, adapt
 
 # -- adapters side by side -----------------------------------------------------------------------
 
+
 def test_two_adapter_steps_served_side_by_side_give_their_own_outputs(server, adapters):
     with server.client() as c, ThreadPoolExecutor(8) as pool:
         futures = [pool.submit(chat, c, model=m, temperature=0, max_tokens=8) for m in ["agent@1", "agent@2", "builtin:tiny"] * 4]
@@ -191,12 +203,16 @@ def test_bare_name_serves_the_latest_step(client, adapters):
 
 
 def test_unknown_step_and_unknown_model_are_404(client, adapters):
-    assert error_of(client.post("/v1/chat/completions", json={"model": "agent@99", "messages": PROMPT}), 404)["code"] == "model_not_found"
+    assert (
+        error_of(client.post("/v1/chat/completions", json={"model": "agent@99", "messages": PROMPT}), 404)["code"]
+        == "model_not_found"
+    )
     assert "step" in error_of(client.post("/v1/chat/completions", json={"model": "agent@99", "messages": PROMPT}), 404)["message"]
     error_of(client.post("/v1/chat/completions", json={"model": "ghost", "messages": PROMPT}), 404)
 
 
 # -- tool calls ----------------------------------------------------------------------------------
+
 
 def test_tool_calls_are_parsed_from_hermes_output(client, adapters):
     r = chat(client, model="tools@1", messages=TOOL_PROMPT, tools=TOOLS, temperature=0, max_tokens=40)
@@ -217,8 +233,13 @@ def test_tool_choice_none_leaves_the_text_alone(client, adapters):
 
 def test_tool_messages_and_assistant_tool_calls_are_accepted_as_context(client):
     messages = TOOL_PROMPT + [
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature": 21}'},
     ]
     r = chat(client, messages=messages, tools=TOOLS, max_tokens=4)
@@ -226,6 +247,7 @@ def test_tool_messages_and_assistant_tool_calls_are_accepted_as_context(client):
 
 
 # -- streaming -----------------------------------------------------------------------------------
+
 
 def stream_events(client: httpx.Client, **body) -> list:
     body.setdefault("model", "builtin:tiny")
@@ -269,17 +291,21 @@ def test_stream_errors_before_the_first_token_get_a_status(client):
 
 # -- bad input -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("body, param", [
-    ({"temperature": 5}, "temperature"),
-    ({"n": 0}, "n"),
-    ({"top_p": 0}, "top_p"),
-    ({"max_tokens": 0}, "max_tokens"),
-    ({"top_logprobs": 2}, None),
-    ({"messages": []}, "messages"),
-    ({"messages": [{"role": "wizard", "content": "x"}]}, "messages"),
-    ({"frequency_penalty": 0.5}, None),
-    ({"n": 100000}, "n"),
-])
+
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"temperature": 5}, "temperature"),
+        ({"n": 0}, "n"),
+        ({"top_p": 0}, "top_p"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"top_logprobs": 2}, None),
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "wizard", "content": "x"}]}, "messages"),
+        ({"frequency_penalty": 0.5}, None),
+        ({"n": 100000}, "n"),
+    ],
+)
 def test_invalid_parameters_are_400_naming_the_problem(client, body, param):
     error = error_of(client.post("/v1/chat/completions", json={"model": "builtin:tiny", "messages": PROMPT, **body}), 400)
     if param:
@@ -287,16 +313,25 @@ def test_invalid_parameters_are_400_naming_the_problem(client, body, param):
 
 
 def test_malformed_json_is_400(client):
-    r = client.post("/v1/chat/completions", content=b'{"model": "builtin:tiny", "messages": [', headers={"Content-Type": "application/json"})
+    r = client.post(
+        "/v1/chat/completions", content=b'{"model": "builtin:tiny", "messages": [', headers={"Content-Type": "application/json"}
+    )
     assert "not valid JSON" in error_of(r, 400)["message"]
 
 
-@pytest.mark.parametrize("content, content_type, says", [
-    (b"", "application/json", "body is empty"),
-    (b"[1, 2]", "application/json", "should be an object"),
-    (b'{"model": "builtin:tiny", "messages": [{"role": "user", "content": "hi"}]}', "text/plain", "Content-Type: application/json"),
-    (b'{"model": "builtin:tiny", "messages": [{"role": "user", "content": "hi"}]}', None, "Content-Type: application/json"),
-])
+@pytest.mark.parametrize(
+    "content, content_type, says",
+    [
+        (b"", "application/json", "body is empty"),
+        (b"[1, 2]", "application/json", "should be an object"),
+        (
+            b'{"model": "builtin:tiny", "messages": [{"role": "user", "content": "hi"}]}',
+            "text/plain",
+            "Content-Type: application/json",
+        ),
+        (b'{"model": "builtin:tiny", "messages": [{"role": "user", "content": "hi"}]}', None, "Content-Type: application/json"),
+    ],
+)
 def test_a_body_that_is_not_a_json_request_is_400(client, content, content_type, says):
     headers = {"Content-Type": content_type} if content_type else {}
     assert says in error_of(client.post("/v1/chat/completions", content=content, headers=headers), 400)["message"]
@@ -310,12 +345,16 @@ def test_chat_completions_is_documented_in_the_openapi_schema(client):
 
 def test_prompt_longer_than_the_context_is_400(client):
     long = " ".join(["word"] * 3000)
-    error = error_of(client.post("/v1/chat/completions", json={"model": "builtin:tiny", "messages": [{"role": "user", "content": long}]}), 400)
+    error = error_of(
+        client.post("/v1/chat/completions", json={"model": "builtin:tiny", "messages": [{"role": "user", "content": long}]}), 400
+    )
     assert error["code"] == "context_length_exceeded" and "2048" in error["message"]
 
 
 def test_max_tokens_past_the_context_is_400(client):
-    error = error_of(client.post("/v1/chat/completions", json={"model": "builtin:tiny", "messages": PROMPT, "max_tokens": 4096}), 400)
+    error = error_of(
+        client.post("/v1/chat/completions", json={"model": "builtin:tiny", "messages": PROMPT, "max_tokens": 4096}), 400
+    )
     assert "Lower max_tokens" in error["message"]
 
 
@@ -334,6 +373,7 @@ def test_bad_adapter_load_requests_are_rejected(client, tmp_path):
 
 # -- load and cancellation -----------------------------------------------------------------------
 
+
 def wait_for_idle(client: httpx.Client, timeout: float = 10) -> dict:
     deadline = time.monotonic() + timeout
     stats = {}
@@ -351,8 +391,12 @@ def assert_no_traceback_since(server, logged: int) -> None:
 
 def test_a_cancelled_stream_frees_its_slot(server, client):
     logged = len(server.stderr_lines)
-    with server.client() as c, c.stream("POST", "/v1/chat/completions",
-                  json={"model": "builtin:tiny", "messages": PROMPT, "max_tokens": 2000, "stream": True}) as r:
+    with (
+        server.client() as c,
+        c.stream(
+            "POST", "/v1/chat/completions", json={"model": "builtin:tiny", "messages": PROMPT, "max_tokens": 2000, "stream": True}
+        ) as r,
+    ):
         for line in r.iter_lines():
             if '"token_ids"' in line:
                 break
@@ -388,6 +432,14 @@ def test_a_request_whose_client_gave_up_frees_its_slot(fresh_server):
 
 def test_many_concurrent_requests_all_succeed(server):
     with server.client() as c, ThreadPoolExecutor(64) as pool:
-        results = list(pool.map(lambda i: c.post("/v1/chat/completions", json={
-            "model": "builtin:tiny", "messages": PROMPT, "max_tokens": 8, "seed": i}).status_code, range(128)))
+        results = list(
+            pool.map(
+                lambda i: (
+                    c.post(
+                        "/v1/chat/completions", json={"model": "builtin:tiny", "messages": PROMPT, "max_tokens": 8, "seed": i}
+                    ).status_code
+                ),
+                range(128),
+            )
+        )
     assert results == [200] * 128

@@ -35,18 +35,25 @@ def register(client: httpx.Client, name: str, project: str = "tests", **extra) -
 
 def sampled_group(client: httpx.Client, model: str, rewards: list[float], seed: int = 0) -> list[dict]:
     r = sample(client, model, PROMPT, len(rewards), 6, seed=seed)
-    return [{"messages_and_choices": [*PROMPT, choice_item(r, c)], "reward": reward, "metrics": {"hit": reward > 0}}
-            for c, reward in zip(r["choices"], rewards)]
+    return [
+        {"messages_and_choices": [*PROMPT, choice_item(r, c)], "reward": reward, "metrics": {"hit": reward > 0}}
+        for c, reward in zip(r["choices"], rewards)
+    ]
 
 
 # -- registration and the files ----------------------------------------------------------------
+
 
 def test_registration_creates_step_zero_on_disk_as_a_plain_peft_adapter(trainer, tiny_path):
     with trainer.client() as c:
         info = register(c, "fresh")
     assert info["step"] == 0 and info["resumed"] is False and info["inference_name"] == "fresh@0"
-    assert info["lora"] == {"r": 8, "alpha": 16, "dropout": 0.0,
-                            "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+    assert info["lora"] == {
+        "r": 8,
+        "alpha": 16,
+        "dropout": 0.0,
+        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    }
     root = Path(info["path"])
     assert root == trainer.data_dir / "tests" / "models" / "fresh"
     assert json.loads((root / "model.json").read_text())["base_model"] == "builtin:tiny"
@@ -68,8 +75,9 @@ def test_registering_again_resumes_and_conflicts_are_refused(trainer):
     with trainer.client() as c:
         register(c, "again")
         assert register(c, "again")["resumed"] is True
-        r = c.post("/v1/art/models/register", json={"name": "again", "project": "tests", "base_model": "builtin:tiny",
-                                                     "lora": {"r": 4}})
+        r = c.post(
+            "/v1/art/models/register", json={"name": "again", "project": "tests", "base_model": "builtin:tiny", "lora": {"r": 4}}
+        )
         assert r.status_code == 409 and "LoRA config" in r.json()["error"]["message"]
         r = c.post("/v1/art/models/register", json={"name": "other", "project": "tests", "base_model": "builtin:small"})
         assert r.status_code == 409 and "holds base model 'builtin:tiny'" in r.json()["error"]["message"]
@@ -85,6 +93,7 @@ def test_names_that_could_escape_the_data_dir_are_400(trainer, name, project):
 
 
 # -- GRPO steps ----------------------------------------------------------------------------------
+
 
 def test_a_grpo_step_streams_progress_then_the_result_and_serves_the_new_step(trainer):
     with trainer.client() as c:
@@ -122,6 +131,7 @@ def test_a_sampler_that_scored_tokens_lower_is_corrected_not_clipped_in_every_gr
     trainer does (the tag dropped, so the server trusts them as sent): with the default correction
     (tis) the ratio starts at 1 in every gradient step (the later ones against logprobs recomputed
     before the first update) and the weight is e^0.5; without it every token starts clipped."""
+
     def shifted(groups: list[list[dict]]) -> list[list[dict]]:
         out = json.loads(json.dumps(groups))
         for group in out:
@@ -142,8 +152,9 @@ def test_a_sampler_that_scored_tokens_lower_is_corrected_not_clipped_in_every_gr
         m = lines[-1]["metrics"]
         assert abs(m["importance_ratio_mean"] - 1) < 1e-6 and abs(m["importance_ratio_max"] - 1) < 1e-6, m
         assert abs(m["sampler_weight_mean"] - math.exp(0.5)) < 1e-3 and abs(m["sampler_logprob_diff_mean"] - 0.5) < 1e-3, m
-        lines = step(c, "uncorrected", shifted(groups), learning_rate=1e-9, gradient_steps=2, micro_batch_size=4,
-                     sampler_correction="none")
+        lines = step(
+            c, "uncorrected", shifted(groups), learning_rate=1e-9, gradient_steps=2, micro_batch_size=4, sampler_correction="none"
+        )
         assert [p["clip_fraction"] for p in lines if p["type"] == "progress"] == [1, 1]
         m = lines[-1]["metrics"]
         assert abs(m["importance_ratio_mean"] - math.exp(0.5)) < 1e-3 and m["sampler_weight_mean"] == 1, m
@@ -161,7 +172,10 @@ def test_a_kl_penalty_to_an_earlier_step_measures_distance_to_that_steps_adapter
         to_base = step(c, "klref", group, learning_rate=1e-9, kl_coef=0.5)
         first = [next(line for line in lines if line["type"] == "progress") for lines in (to_base, to_step_1)]
         assert first[0]["kl_ref"] > 1e-4 and first[1]["kl_ref"] == 0.0, first
-        for config, says in [({"kl_ref_step": 1}, "kl_coef is 0"), ({"kl_ref_step": 99, "kl_coef": 0.1}, "no checkpoint of step 99")]:
+        for config, says in [
+            ({"kl_ref_step": 1}, "kl_coef is 0"),
+            ({"kl_ref_step": 99, "kl_coef": 0.1}, "no checkpoint of step 99"),
+        ]:
             r = c.post("/v1/art/models/klref/train", json={"groups": group, "config": config})
             assert r.status_code == 400 and says in r.text, r.text
 
@@ -203,8 +217,11 @@ def test_bad_training_requests_are_400_or_404(trainer):
         for body, status, text in cases:
             r = c.post("/v1/art/models/strict/train", json=body)
             assert r.status_code == status and text in r.json()["error"]["message"], (body, r.text)
-        r = c.post("/v1/art/models/strict/train", content=json.dumps({"groups": [[{**good[0], "reward": float("nan")}]]}),
-                   headers={"Content-Type": "application/json"})
+        r = c.post(
+            "/v1/art/models/strict/train",
+            content=json.dumps({"groups": [[{**good[0], "reward": float("nan")}]]}),
+            headers={"Content-Type": "application/json"},
+        )
         assert r.status_code == 400 and "reward" in r.json()["error"]["message"]
         r = c.post("/v1/art/models/ghost/train", json={"groups": [good]})
         assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_registered"
@@ -248,12 +265,20 @@ def test_history_log_and_delete_checkpoints_keep_latest_and_best(trainer):
     with trainer.client() as c:
         register(c, "keeper")
         for k, val_reward in enumerate([0.2, 0.9, 0.4]):
-            r = c.post("/v1/art/models/keeper/log", json={"split": "val", "groups": [sampled_group(c, "keeper", [val_reward] * 2)]})
+            r = c.post(
+                "/v1/art/models/keeper/log", json={"split": "val", "groups": [sampled_group(c, "keeper", [val_reward] * 2)]}
+            )
             assert r.status_code == 200 and r.json()["reward"] == pytest.approx(val_reward)
             step(c, "keeper", [sampled_group(c, "keeper", [1, 0], seed=k)], learning_rate=1e-3)
         history = c.get("/v1/art/models/keeper/history").json()["rows"]
-        assert [(h["step"], h["split"]) for h in history] == [(0, "val"), (0, "train"), (1, "val"), (1, "train"),
-                                                              (2, "val"), (2, "train")]
+        assert [(h["step"], h["split"]) for h in history] == [
+            (0, "val"),
+            (0, "train"),
+            (1, "val"),
+            (1, "train"),
+            (2, "val"),
+            (2, "train"),
+        ]
         assert [x["step"] for x in c.get("/v1/art/models/keeper/checkpoints").json()["checkpoints"]] == [0, 1, 2, 3]
         r = c.post("/v1/art/models/keeper/delete_checkpoints", json={"keep_best_by": "val/reward"})
         assert r.json()["deleted"] == [0, 2] and r.json()["kept"] == [1, 3] and r.json()["best_step"] == 1
@@ -266,8 +291,11 @@ def test_history_log_and_delete_checkpoints_keep_latest_and_best(trainer):
 def test_every_choice_says_the_step_that_sampled_it_and_groups_log_at_an_earlier_step(trainer):
     """art_policy_step: the step a bare name resolved to (or the one named), in JSON and streamed
     answers; none for the base model. A pipeline logs an evaluation of step s after s + 1 exists."""
+
     def streamed_steps(c: httpx.Client, model: str) -> list[int | None]:
-        with c.stream("POST", "/v1/chat/completions", json={"model": model, "messages": PROMPT, "max_tokens": 3, "stream": True}) as r:
+        with c.stream(
+            "POST", "/v1/chat/completions", json={"model": model, "messages": PROMPT, "max_tokens": 3, "stream": True}
+        ) as r:
             chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
         return [ch.get("art_policy_step") for chunk in chunks for ch in chunk["choices"] if ch.get("finish_reason")]
 
@@ -279,9 +307,15 @@ def test_every_choice_says_the_step_that_sampled_it_and_groups_log_at_an_earlier
         assert [ch["art_policy_step"] for ch in sample(c, "policy-stepper@0", PROMPT, 1, 3)["choices"]] == [0]
         assert streamed_steps(c, "policy-stepper") == [1] and streamed_steps(c, "policy-stepper@0") == [0]
         assert "art_policy_step" not in sample(c, "builtin:tiny", PROMPT, 1, 3)["choices"][0]
-        r = c.post("/v1/art/models/policy-stepper/log", json={"split": "val", "step": 0, "groups": [sampled_group(c, "policy-stepper@0", [1, 0])]})
+        r = c.post(
+            "/v1/art/models/policy-stepper/log",
+            json={"split": "val", "step": 0, "groups": [sampled_group(c, "policy-stepper@0", [1, 0])]},
+        )
         assert r.status_code == 200 and r.json()["step"] == 0
-        r = c.post("/v1/art/models/policy-stepper/log", json={"split": "val", "step": 2, "groups": [sampled_group(c, "policy-stepper", [1, 0])]})
+        r = c.post(
+            "/v1/art/models/policy-stepper/log",
+            json={"split": "val", "step": 2, "groups": [sampled_group(c, "policy-stepper", [1, 0])]},
+        )
         assert r.status_code == 400 and "step 2 is ahead of policy-stepper's current step 1" in r.json()["error"]["message"]
 
 
@@ -304,8 +338,17 @@ def test_sft_lowers_the_loss_teaches_the_answers_and_rl_continues_from_it(traine
     conversations = [{"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]} for q, a in SFT_TASKS]
     with trainer.client() as c:
         register(c, "student")
-        lines = step(c, "student", conversations, path="train_sft", learning_rate=2e-2, epochs=40, batch_size=3,
-                     schedule="cosine", warmup_ratio=0.1)
+        lines = step(
+            c,
+            "student",
+            conversations,
+            path="train_sft",
+            learning_rate=2e-2,
+            epochs=40,
+            batch_size=3,
+            schedule="cosine",
+            warmup_ratio=0.1,
+        )
         progress = [line for line in lines if line["type"] == "progress"]
         assert len(progress) == 40 and progress[-1]["loss"] < 0.2 * progress[0]["loss"]
         assert progress[0]["lr"] < progress[3]["lr"] and progress[-1]["lr"] < progress[10]["lr"]  # warm-up, then cosine
@@ -321,5 +364,7 @@ def test_sft_lowers_the_loss_teaches_the_answers_and_rl_continues_from_it(traine
 def test_sft_rejects_conversations_without_an_assistant_turn(trainer):
     with trainer.client() as c:
         register(c, "student2")
-        r = c.post("/v1/art/models/student2/train_sft", json={"conversations": [{"messages": [{"role": "user", "content": "x"}]}]})
+        r = c.post(
+            "/v1/art/models/student2/train_sft", json={"conversations": [{"messages": [{"role": "user", "content": "x"}]}]}
+        )
     assert r.status_code == 400 and "no assistant message" in r.json()["error"]["message"]

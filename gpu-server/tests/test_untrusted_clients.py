@@ -17,14 +17,29 @@ from conftest import ServerProcess, start_server
 from probe import RESET, TIMEOUT, attempt, health_latencies, report, status_of
 
 HEADER_TIMEOUT, BODY_TIMEOUT = 1.0, 1.0  # the test server's deadlines (the defaults are 10 s and 30 s)
-ROUTES = ["/v1/chat/completions", "/v1/art/models/register", "/v1/art/models/x/train", "/v1/art/models/x/train_sft",
-          "/v1/art/models/x/log", "/v1/art/models/x/delete_checkpoints", "/v1/load_lora_adapter", "/v1/unload_lora_adapter"]
+ROUTES = [
+    "/v1/chat/completions",
+    "/v1/art/models/register",
+    "/v1/art/models/x/train",
+    "/v1/art/models/x/train_sft",
+    "/v1/art/models/x/log",
+    "/v1/art/models/x/delete_checkpoints",
+    "/v1/load_lora_adapter",
+    "/v1/unload_lora_adapter",
+]
 
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory) -> Iterator[ServerProcess]:
-    s = start_server(tmp_path_factory.mktemp("untrusted"), "--base-model", "builtin:tiny",
-                     "--header-timeout", str(HEADER_TIMEOUT), "--body-timeout", str(BODY_TIMEOUT))
+    s = start_server(
+        tmp_path_factory.mktemp("untrusted"),
+        "--base-model",
+        "builtin:tiny",
+        "--header-timeout",
+        str(HEADER_TIMEOUT),
+        "--body-timeout",
+        str(BODY_TIMEOUT),
+    )
     yield s
     s.stop()
 
@@ -61,16 +76,34 @@ def test_a_large_body_without_the_token_is_refused_unread_without_stalling_the_s
         memory_before = rss_mb(srv.process.pid)
         for _ in range(3):
             t = time.perf_counter()
-            statuses.append(status_of(attempt(lambda: c.post("/v1/art/models/register", content=b'{"name": "' + b"x" * 30_000_000,
-                                                                 headers={"Content-Type": "application/json"}))))
+            statuses.append(
+                status_of(
+                    attempt(
+                        lambda: c.post(
+                            "/v1/art/models/register",
+                            content=b'{"name": "' + b"x" * 30_000_000,
+                            headers={"Content-Type": "application/json"},
+                        )
+                    )
+                )
+            )
             seconds.append(time.perf_counter() - t)
         grown = rss_mb(srv.process.pid) - memory_before
     worst = max(health, default=0.0)
-    print(f"30 MB without a token: {statuses} in {max(seconds):.2f} s at most; /health at most {worst * 1000:.0f} ms; "
-          f"server memory +{grown:.0f} MB")
-    report("30 MB body without a token (x3): answer time, /health meanwhile, memory", statuses, hang=worst > 0.5,
-           wrong=", ".join(w for w in [f"{max(seconds):.1f} s to answer" if max(seconds) > 1 else "",
-                                      f"+{grown:.0f} MB" if grown > 50 else ""] if w))
+    print(
+        f"30 MB without a token: {statuses} in {max(seconds):.2f} s at most; /health at most {worst * 1000:.0f} ms; "
+        f"server memory +{grown:.0f} MB"
+    )
+    report(
+        "30 MB body without a token (x3): answer time, /health meanwhile, memory",
+        statuses,
+        hang=worst > 0.5,
+        wrong=", ".join(
+            w
+            for w in [f"{max(seconds):.1f} s to answer" if max(seconds) > 1 else "", f"+{grown:.0f} MB" if grown > 50 else ""]
+            if w
+        ),
+    )
     # The client sees the 401 (the server closes gracefully: no reset loses it), at once.
     assert statuses == [401, 401, 401], statuses
     assert max(seconds) < 1 and worst < 0.5 and grown < 50
@@ -80,9 +113,12 @@ def test_every_route_refuses_a_request_without_the_token_before_reading_its_body
     statuses = {}
     with httpx.Client(base_url=srv.url, timeout=10) as c:
         for path in ROUTES:
-            statuses[f"{path} not JSON"] = status_of(attempt(lambda: c.post(path, content=b"{not json",
-                                                                             headers={"Content-Type": "application/json"})))
-            statuses[f"{path} wrong token"] = status_of(attempt(lambda: c.post(path, json={}, headers={"Authorization": "Bearer nope"})))
+            statuses[f"{path} not JSON"] = status_of(
+                attempt(lambda: c.post(path, content=b"{not json", headers={"Content-Type": "application/json"}))
+            )
+            statuses[f"{path} wrong token"] = status_of(
+                attempt(lambda: c.post(path, json={}, headers={"Authorization": "Bearer nope"}))
+            )
         # A chunked body (no Content-Length): nothing buffers it before the token is checked.
         chunks = (b"x" * 65536 for _ in range(64))
         statuses["chunked 4 MB"] = status_of(attempt(lambda: c.post("/v1/art/models/x/train", content=chunks)))
@@ -113,8 +149,10 @@ def test_connections_that_never_finish_their_request_are_closed_at_the_deadlines
         s.sendall(b"POST /v1/art/models/register HTTP/1.1\r\nHost: x\r\n")
         half_open.append(s)
     slow_body = raw(srv)
-    slow_body.sendall(f"POST /v1/art/models/register HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {srv.token}\r\n"
-                      f"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{\"name\"".encode())
+    slow_body.sendall(
+        f"POST /v1/art/models/register HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {srv.token}\r\n"
+        f'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{"name"'.encode()
+    )
     silent = raw(srv)
     started = time.perf_counter()
     time.sleep(HEADER_TIMEOUT + BODY_TIMEOUT + 1)
@@ -125,11 +163,15 @@ def test_connections_that_never_finish_their_request_are_closed_at_the_deadlines
     for s in [*half_open, slow_body, silent]:
         s.close()
     closed = sum(a.startswith(b"HTTP/1.1 408") and not a.endswith(b"OPEN") for a in heads)
-    wrong = [f"{32 - closed} of 32 half-open connections still open after {waited:.0f} s" if closed < 32 else "",
-             "the silent connection still open" if idle != b"closed" else ""]
-    report("32 half-open connections, a stalled body, a silent connection (deadlines 1 s)",
-           [408 if a.startswith(b"HTTP/1.1 408") else TIMEOUT if a.endswith(b"OPEN") else RESET for a in [*heads, body]],
-           wrong=", ".join(w for w in wrong if w))
+    wrong = [
+        f"{32 - closed} of 32 half-open connections still open after {waited:.0f} s" if closed < 32 else "",
+        "the silent connection still open" if idle != b"closed" else "",
+    ]
+    report(
+        "32 half-open connections, a stalled body, a silent connection (deadlines 1 s)",
+        [408 if a.startswith(b"HTTP/1.1 408") else TIMEOUT if a.endswith(b"OPEN") else RESET for a in [*heads, body]],
+        wrong=", ".join(w for w in wrong if w),
+    )
     assert closed == 32, heads[:3]
     assert body.startswith(b"HTTP/1.1 408") and not body.endswith(b"OPEN"), body
     assert idle == b"closed", idle  # nothing was asked: closed without an answer
@@ -147,7 +189,7 @@ def test_clients_that_do_send_their_requests_see_no_change(srv):
             body = b'{"model": "builtin:tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}'
             for i in range(0, len(body), 30):
                 time.sleep(BODY_TIMEOUT / 4)
-                yield body[i:i + 30]
+                yield body[i : i + 30]
 
         slow = c.post("/v1/chat/completions", content=pieces(), headers={"Content-Type": "application/json"}).status_code
     report("requests that pause within the deadlines (keep-alive idle, a body in pieces)", [first, second, slow])

@@ -33,8 +33,18 @@ def calls(log: Path) -> list[dict]:
 def vllm_server(tmp_path_factory, tiny_path):
     data = tmp_path_factory.mktemp("vllm-data")
     log = data / "standin.jsonl"
-    srv = start_server(data, "--engine", "vllm", "--vllm-command", STANDIN_COMMAND, "--vllm-sleep-mode", "on",
-                       "--base-model", "builtin:tiny", env={"STANDIN_LOG": str(log)})
+    srv = start_server(
+        data,
+        "--engine",
+        "vllm",
+        "--vllm-command",
+        STANDIN_COMMAND,
+        "--vllm-sleep-mode",
+        "on",
+        "--base-model",
+        "builtin:tiny",
+        env={"STANDIN_LOG": str(log)},
+    )
     srv.standin_log = log  # pyright: ignore[reportAttributeAccessIssue]  (this module's own field)
     yield srv
     srv.stop()
@@ -85,8 +95,10 @@ def test_training_with_the_vllm_engine_sleeps_trains_wakes_and_loads_the_new_ada
         r = c.post("/v1/art/models/register", json={"name": "vl", "project": "tests", "base_model": "builtin:tiny"})
         assert r.status_code == 200, r.text
         out = sample(c, "vl", PROMPT, 4, 6, seed=3)
-        group = [{"messages_and_choices": [*PROMPT, choice_item(out, ch)], "reward": float(i % 2)}
-                 for i, ch in enumerate(out["choices"])]
+        group = [
+            {"messages_and_choices": [*PROMPT, choice_item(out, ch)], "reward": float(i % 2)}
+            for i, ch in enumerate(out["choices"])
+        ]
         lines = step(c, "vl", [group], learning_rate=1e-2)
         assert lines[-1]["step"] == 1
         m = lines[-1]["metrics"]
@@ -107,8 +119,9 @@ def test_the_api_key_reaches_vllm_as_one_argument_even_when_it_starts_with_a_das
 
 
 @pytest.mark.fast
-def test_cuda_gets_sleep_mode_and_a_memory_share_a_cpu_gets_a_dtype_kv_cache_space_and_every_core(tmp_path, tiny_path,
-                                                                                                monkeypatch):
+def test_cuda_gets_sleep_mode_and_a_memory_share_a_cpu_gets_a_dtype_kv_cache_space_and_every_core(
+    tmp_path, tiny_path, monkeypatch
+):
     monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
     config = ServerConfig(data_dir=tmp_path, vllm_command=STANDIN_COMMAND)
     cuda = VLLMEngine(config, "builtin:tiny", tiny_path, "cuda", None)
@@ -128,7 +141,10 @@ def test_the_launcher_is_the_vllm_cli_or_the_cpu_builds_module(monkeypatch, tmp_
     from art_server.engine import vllm
 
     assert vllm_argv(STANDIN_COMMAND)[-1] == "serve"  # a program gets vLLM's `serve` subcommand
-    assert vllm_argv(f"{sys.executable} -m vllm.entrypoints.openai.api_server")[1:] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert vllm_argv(f"{sys.executable} -m vllm.entrypoints.openai.api_server")[1:] == [
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+    ]
     assert vllm_argv("/nonexistent/vllm") is None
     monkeypatch.setattr(vllm.shutil, "which", lambda *a, **k: None)  # no vllm CLI anywhere
     monkeypatch.setattr(vllm, "cpu_venv_python", lambda: tmp_path / "python")

@@ -29,6 +29,7 @@ TAUGHT = [{"messages": [*QUESTION, {"role": "assistant", "content": "Blue giraff
 
 # -- the rules ---------------------------------------------------------------------------------
 
+
 @pytest.mark.fast
 def test_parallel_sizes_are_read_from_vllm_args_in_both_spellings():
     assert parallel_sizes("--tensor-parallel-size 2 -dp=3 --enforce-eager") == {"tensor": 2, "pipeline": 1, "data": 3, "given": 2}
@@ -59,22 +60,29 @@ def test_vllm_does_not_sleep_for_a_step_that_trains_on_other_devices(tmp_path):
     assert shared.sleeps_for_training and not dedicated.sleeps_for_training
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--engine", "hf", "--inference-devices", "cpu:0"], "--inference-devices places vLLM"),
-    (["--engine", "vllm", "--inference-devices", "cuda:0"], "--inference-devices: cuda:0 does not exist (this machine has 0 CUDA"),
-    (["--engine", "vllm", "--inference-devices", "cpu:0-999"], "names core(s)"),
-    (["--engine", "vllm", "--inference-devices", "gpu0"], "'gpu0' is not a device"),
-    (["--engine", "vllm", "--inference-devices", "cpu:0", "--vllm-args=--tensor-parallel-size 2"], "for 2 workers"),
-    (["--engine", "auto", "--inference-devices", "cpu:0"], "--engine auto is hf there"),
-    (["--train-ranks", "2", "--train-devices", "cpu:0,cpu:0"], "share cores"),
-    (["--train-ranks", "2", "--train-devices", "cpu:0,cpu"], "pin every CPU rank"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--engine", "hf", "--inference-devices", "cpu:0"], "--inference-devices places vLLM"),
+        (
+            ["--engine", "vllm", "--inference-devices", "cuda:0"],
+            "--inference-devices: cuda:0 does not exist (this machine has 0 CUDA",
+        ),
+        (["--engine", "vllm", "--inference-devices", "cpu:0-999"], "names core(s)"),
+        (["--engine", "vllm", "--inference-devices", "gpu0"], "'gpu0' is not a device"),
+        (["--engine", "vllm", "--inference-devices", "cpu:0", "--vllm-args=--tensor-parallel-size 2"], "for 2 workers"),
+        (["--engine", "auto", "--inference-devices", "cpu:0"], "--engine auto is hf there"),
+        (["--train-ranks", "2", "--train-devices", "cpu:0,cpu:0"], "share cores"),
+        (["--train-ranks", "2", "--train-devices", "cpu:0,cpu"], "pin every CPU rank"),
+    ],
+)
 def test_impossible_placements_are_one_line_errors(tmp_path, args, says):
     line = configuration_error(tmp_path / "data", "--base-model", "builtin:tiny", *args)
     assert says in line, line
 
 
 # -- on vLLM's CPU build -----------------------------------------------------------------------
+
 
 def real_vllm(test):
     """On vLLM's CPU build, with a core for each of two workers."""
@@ -97,7 +105,7 @@ def requests_per_engine(client: httpx.Client) -> dict[str, float]:
     text = httpx.get(f"{url}/metrics", timeout=10).text
     counts: dict[str, float] = {}
     for line in text.splitlines():
-        m = re.match(r'vllm:request_success_total\{(.*)\} ([0-9.e+]+)$', line)
+        m = re.match(r"vllm:request_success_total\{(.*)\} ([0-9.e+]+)$", line)
         if m:
             engine = re.search(r'engine="(\d+)"', m.group(1))
             key = engine.group(1) if engine else "?"
@@ -107,6 +115,7 @@ def requests_per_engine(client: httpx.Client) -> dict[str, float]:
 
 def concurrent_group(client: httpx.Client, model: str, size: int) -> list[dict]:
     """`size` one-answer requests at once (so every replica gets some), as one group."""
+
     def one(i: int) -> dict:
         r = sample(client, model, QUESTION, 1, 8, seed=i)
         return {"messages_and_choices": [*QUESTION, choice_item(r, r["choices"][0])], "reward": float(i % 3)}
@@ -120,8 +129,9 @@ def served_as_trained(client: httpx.Client, name: str, base_model: str) -> tuple
     gradient step compares the trainer's logprobs under step 1's adapter with what vLLM sampled.
     Returns (that difference, how far step 1 moved a greedy token's logprob): a replica or a shard
     without step 1's adapter would show a difference as large as the move."""
-    assert client.post("/v1/art/models/register", json={"name": name, "project": "p",
-                                                        "base_model": base_model}).status_code == 200
+    assert (
+        client.post("/v1/art/models/register", json={"name": name, "project": "p", "base_model": base_model}).status_code == 200
+    )
     step(client, name, [concurrent_group(client, name, 8)], learning_rate=5e-2)
     diff = step(client, name, [concurrent_group(client, name, 16)], learning_rate=5e-2)[-1]["metrics"]["sampler_logprob_diff_max"]
     greedy = [sample(client, f"{name}@{s}", QUESTION, 1, 4, temperature=0)["choices"][0] for s in (0, 1)]
@@ -132,8 +142,19 @@ def served_as_trained(client: httpx.Client, name: str, base_model: str) -> tuple
 def test_two_data_parallel_replicas_both_serve_each_steps_adapter(tmp_path):
     """Two replicas (builtin:small, fp32, a worker per core): 16 concurrent answers of step 1, spread
     over both replicas (vLLM's metrics say so), score as the trainer scores them under step 1."""
-    srv = start_server(tmp_path / "data", "--engine", "vllm", "--base-model", "builtin:small", "--dtype", "float32",
-                       "--inference-devices", "cpu:0-1", "--vllm-args=--data-parallel-size 2", timeout=600)
+    srv = start_server(
+        tmp_path / "data",
+        "--engine",
+        "vllm",
+        "--base-model",
+        "builtin:small",
+        "--dtype",
+        "float32",
+        "--inference-devices",
+        "cpu:0-1",
+        "--vllm-args=--data-parallel-size 2",
+        timeout=600,
+    )
     try:
         with srv.client(timeout=600) as c:
             before = requests_per_engine(c)
@@ -153,8 +174,19 @@ def test_tensor_parallel_2_serves_each_step_as_the_trainer_scores_it(tmp_path):
     """Two tensor-parallel workers, one per core (vLLM's CPU build cannot bind 2 workers to this
     machine's one NUMA node by itself: --inference-devices binds them); builtin:small (8 heads;
     SmolLM2's 9 do not split in 2), fp32: both shards of each step's adapter are loaded."""
-    srv = start_server(tmp_path / "data", "--engine", "vllm", "--base-model", "builtin:small", "--dtype", "float32",
-                       "--inference-devices", "cpu:0-1", "--vllm-args=--tensor-parallel-size 2", timeout=600)
+    srv = start_server(
+        tmp_path / "data",
+        "--engine",
+        "vllm",
+        "--base-model",
+        "builtin:small",
+        "--dtype",
+        "float32",
+        "--inference-devices",
+        "cpu:0-1",
+        "--vllm-args=--tensor-parallel-size 2",
+        timeout=600,
+    )
     try:
         with srv.client(timeout=600) as c:
             diff, moved = served_as_trained(c, "tp", "builtin:small")
@@ -168,13 +200,25 @@ def test_tensor_parallel_2_serves_each_step_as_the_trainer_scores_it(tmp_path):
 
 @real_vllm
 def test_vllm_and_the_trainer_each_on_their_own_core(tmp_path):
-    srv = start_server(tmp_path / "data", "--engine", "vllm", "--base-model", MODEL, "--inference-devices", "cpu:0",
-                       "--train-devices", "cpu:1", timeout=600)
+    srv = start_server(
+        tmp_path / "data",
+        "--engine",
+        "vllm",
+        "--base-model",
+        MODEL,
+        "--inference-devices",
+        "cpu:0",
+        "--train-devices",
+        "cpu:1",
+        timeout=600,
+    )
     try:
         with srv.client(timeout=600) as c:
             vllm = vllm_pid(c)
-            tree = [vllm, *map(int, subprocess.run(["pgrep", "-g", str(os.getpgid(vllm))], capture_output=True,
-                                                   text=True).stdout.split())]
+            tree = [
+                vllm,
+                *map(int, subprocess.run(["pgrep", "-g", str(os.getpgid(vllm))], capture_output=True, text=True).stdout.split()),
+            ]
             assert {frozenset(os.sched_getaffinity(p)) for p in tree} == {frozenset({0})}, tree
             assert os.sched_getaffinity(srv.process.pid) == {1}
             assert c.post("/v1/art/models/register", json={"name": "own", "project": "p", "base_model": MODEL}).status_code == 200
@@ -185,4 +229,3 @@ def test_vllm_and_the_trainer_each_on_their_own_core(tmp_path):
         assert any("training in this process is pinned to core(s) 1" in line for line in srv.stderr_lines)
     finally:
         srv.stop()
-

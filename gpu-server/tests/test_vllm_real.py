@@ -26,8 +26,16 @@ from rl import choice_item, sample, step
 
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 PROMPT = [{"role": "user", "content": "Name one digit from 0 to 9. Reply with the digit only."}]
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
-                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
 WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 pytestmark = pytest.mark.needs("vllm")
@@ -36,8 +44,17 @@ pytestmark = pytest.mark.needs("vllm")
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory):
     # Started through a fault: the port picked for vLLM is taken before vLLM binds it.
-    srv = start_server(tmp_path_factory.mktemp("vllm-real"), "--engine", "vllm", "--base-model", MODEL,
-                       "--dtype", "float32", env={"ART_FAULT": "vllm_port_taken"}, timeout=600)
+    srv = start_server(
+        tmp_path_factory.mktemp("vllm-real"),
+        "--engine",
+        "vllm",
+        "--base-model",
+        MODEL,
+        "--dtype",
+        "float32",
+        env={"ART_FAULT": "vllm_port_taken"},
+        timeout=600,
+    )
     yield srv
     srv.stop()
 
@@ -79,8 +96,9 @@ def vllm_pid(client: httpx.Client) -> int:
 def test_the_server_runs_vllms_cpu_build(client, vllm):
     assert client.get("/health").json()["engine"] == "vllm"
     # The first port was taken (ART_FAULT=vllm_port_taken): vLLM said so and started on another one.
-    assert any("vLLM's port was taken before it bound it" in line and "already in use" in line.lower()
-               for line in vllm.stderr_lines), "".join(vllm.stderr_lines[-20:])
+    assert any(
+        "vLLM's port was taken before it bound it" in line and "already in use" in line.lower() for line in vllm.stderr_lines
+    ), "".join(vllm.stderr_lines[-20:])
     # vLLM's CPU build computes on every core (by itself it keeps one for its API server).
     assert "reserved_cpus=[]" in (vllm.data_dir / "logs" / "vllm.log").read_text()
     stats = client.get("/v1/engine/stats").json()
@@ -99,8 +117,11 @@ def test_json_answers_carry_the_servers_prompt_ids_token_ids_and_logprobs(client
 
 def test_a_streamed_answer_has_the_tokens_of_the_same_seeded_json_answer(client):
     plain = chat(client, messages=PROMPT, max_tokens=8, seed=11, temperature=1.0)["choices"][0]
-    with client.stream("POST", "/v1/chat/completions", json={"model": MODEL, "messages": PROMPT, "max_tokens": 8, "seed": 11,
-                                                            "temperature": 1.0, "stream": True}) as r:
+    with client.stream(
+        "POST",
+        "/v1/chat/completions",
+        json={"model": MODEL, "messages": PROMPT, "max_tokens": 8, "seed": 11, "temperature": 1.0, "stream": True},
+    ) as r:
         assert r.status_code == 200
         chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ") and line != "data: [DONE]"]
     assert chunks[0]["prompt_token_ids"]
@@ -129,11 +150,25 @@ def test_bad_requests_are_the_same_4xx_as_on_the_hf_engine(client, tmp_path):
 
 
 def test_sft_then_the_hot_loaded_step_answers_with_a_tool_call_parsed_by_the_server(client):
-    call = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]}
-    assert client.post("/v1/art/models/register", json={"name": "caller", "project": "vllm", "base_model": MODEL}).status_code == 200
-    lines = step(client, "caller", [{"messages": [*WEATHER, call], "tools": TOOLS}] * 4, path="train_sft",
-                 learning_rate=2e-3, epochs=6, batch_size=4)
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+        ],
+    }
+    assert (
+        client.post("/v1/art/models/register", json={"name": "caller", "project": "vllm", "base_model": MODEL}).status_code == 200
+    )
+    lines = step(
+        client,
+        "caller",
+        [{"messages": [*WEATHER, call], "tools": TOOLS}] * 4,
+        path="train_sft",
+        learning_rate=2e-3,
+        epochs=6,
+        batch_size=4,
+    )
     assert lines[-1]["step"] == 1
     assert "caller@1" in client.get("/v1/engine/stats").json()["adapters"]  # hot-loaded through vLLM's LoRA API
     for model in ("caller", "caller@1"):
@@ -143,14 +178,23 @@ def test_sft_then_the_hot_loaded_step_answers_with_a_tool_call_parsed_by_the_ser
         assert choice["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
         assert json.loads(choice["message"]["tool_calls"][0]["function"]["arguments"]) == {"city": "Paris"}
     # The base model, same request, does not call it: the adapter is what answered.
-    assert chat(client, messages=WEATHER, tools=TOOLS, temperature=0, max_tokens=40)["choices"][0]["finish_reason"] != "tool_calls"
+    assert (
+        chat(client, messages=WEATHER, tools=TOOLS, temperature=0, max_tokens=40)["choices"][0]["finish_reason"] != "tool_calls"
+    )
 
 
 def test_a_grpo_step_on_vllms_samples_matches_its_logprobs_and_serves_the_new_step(client):
-    assert client.post("/v1/art/models/register", json={"name": "digits", "project": "vllm", "base_model": MODEL}).status_code == 200
+    assert (
+        client.post("/v1/art/models/register", json={"name": "digits", "project": "vllm", "base_model": MODEL}).status_code == 200
+    )
     out = sample(client, "digits", PROMPT, 8, 6, seed=3)
-    group = [{"messages_and_choices": [*PROMPT, choice_item(out, ch)], "reward": float(any(d in ch["message"]["content"] for d in "02468"))}
-             for ch in out["choices"]]
+    group = [
+        {
+            "messages_and_choices": [*PROMPT, choice_item(out, ch)],
+            "reward": float(any(d in ch["message"]["content"] for d in "02468")),
+        }
+        for ch in out["choices"]
+    ]
     group[0]["reward"] = 1.0 - group[1]["reward"]  # a spread, whatever was sampled
     lines = step(client, "digits", [group], learning_rate=5e-4)
     metrics = lines[-1]["metrics"]
@@ -158,7 +202,9 @@ def test_a_grpo_step_on_vllms_samples_matches_its_logprobs_and_serves_the_new_st
     # fp32 on both sides: the trainer's logprobs of vLLM's tokens agree closely.
     assert metrics["sampler_logprob_diff_mean"] < 2e-3, metrics
     assert metrics["sampler_logprob_diff_max"] < 5e-2, metrics
-    print(f"vLLM fp32 vs trainer: mean |diff| {metrics['sampler_logprob_diff_mean']:.2e}, max {metrics['sampler_logprob_diff_max']:.2e}")
+    print(
+        f"vLLM fp32 vs trainer: mean |diff| {metrics['sampler_logprob_diff_mean']:.2e}, max {metrics['sampler_logprob_diff_max']:.2e}"
+    )
     assert "digits@1" in client.get("/v1/engine/stats").json()["adapters"]
     assert chat(client, model="digits@1", messages=PROMPT, max_tokens=3)["model"] == "digits@1"
 
@@ -169,12 +215,19 @@ def test_a_pipelined_step_trains_while_vllm_answers_the_previous_step_then_the_n
     at commit answers next; the step reports the staleness of what it trained."""
     import threading
 
-    assert client.post("/v1/art/models/register", json={"name": "piped", "project": "vllm", "base_model": MODEL}).status_code == 200
+    assert (
+        client.post("/v1/art/models/register", json={"name": "piped", "project": "vllm", "base_model": MODEL}).status_code == 200
+    )
     out = sample(client, "piped", PROMPT, 8, 6, seed=5)
     assert {ch["art_policy_step"] for ch in out["choices"]} == {0}
-    group = [{"messages_and_choices": [*PROMPT, choice_item(out, ch)], "reward": float(i % 2)} for i, ch in enumerate(out["choices"])]
-    body = {"groups": [group] * 2, "config": {"learning_rate": 1e-4, "micro_batch_size": 1, "gradient_steps": 2},
-            "serve_previous_during_training": True}
+    group = [
+        {"messages_and_choices": [*PROMPT, choice_item(out, ch)], "reward": float(i % 2)} for i, ch in enumerate(out["choices"])
+    ]
+    body = {
+        "groups": [group] * 2,
+        "config": {"learning_rate": 1e-4, "micro_batch_size": 1, "gradient_steps": 2},
+        "serve_previous_during_training": True,
+    }
     result: list[dict] = []
 
     def train() -> None:
@@ -196,8 +249,10 @@ def test_a_pipelined_step_trains_while_vllm_answers_the_previous_step_then_the_n
     assert served_while_training and all(step_ == 0 for step_, _, _ in served_while_training), during
     assert sample(client, "piped", PROMPT, 1, 3)["choices"][0]["art_policy_step"] == 1
     assert result[-1]["metrics"]["policy_lag_max"] == 0 and "sleep_s" not in result[-1]["metrics"]
-    print(f"vLLM answered {len(served_while_training)} requests while the step trained "
-          f"(slowest {max(t for _, t, _ in served_while_training):.2f} s)")
+    print(
+        f"vLLM answered {len(served_while_training)} requests while the step trained "
+        f"(slowest {max(t for _, t, _ in served_while_training):.2f} s)"
+    )
 
 
 def test_the_default_model_learns_through_vllm_with_a_fixed_seed(client):
@@ -205,13 +260,18 @@ def test_the_default_model_learns_through_vllm_with_a_fixed_seed(client):
     rollouts sampled by vLLM and each new step hot-loaded into it."""
     from rl import run_toy_training
 
-    assert client.post("/v1/art/models/register", json={"name": "learner", "project": "vllm", "base_model": MODEL}).status_code == 200
+    assert (
+        client.post("/v1/art/models/register", json={"name": "learner", "project": "vllm", "base_model": MODEL}).status_code
+        == 200
+    )
     started = time.monotonic()
     rewards = run_toy_training(client, "learner", steps=30, seed=0, lr=5e-4)
     # It learns within a few steps here (0.125 for steps 0-2, 0.875 at step 5 in one run), so the
     # first 10 steps already include the rise: compare the untrained steps 0-2 with the last 10.
     first, last = sum(rewards[:3]) / 3, sum(rewards[-10:]) / 10
-    print(f"SmolLM2 through vLLM, seed 0: steps 0-2 {first:.3f}, last 10 {last:.3f} in {time.monotonic() - started:.0f} s; per step {rewards}")
+    print(
+        f"SmolLM2 through vLLM, seed 0: steps 0-2 {first:.3f}, last 10 {last:.3f} in {time.monotonic() - started:.0f} s; per step {rewards}"
+    )
     assert last - first >= 0.3, f"reward went from {first:.3f} to {last:.3f}"
 
 
@@ -247,8 +307,10 @@ def test_a_killed_vllm_is_a_503_then_restarted_with_its_adapters(client):
     assert r.status_code == 503 and "restarted" in r.json()["error"]["message"], r.text
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        r = client.post("/v1/chat/completions", json={"model": "caller@1", "messages": WEATHER, "tools": TOOLS,
-                                                      "temperature": 0, "max_tokens": 40})
+        r = client.post(
+            "/v1/chat/completions",
+            json={"model": "caller@1", "messages": WEATHER, "tools": TOOLS, "temperature": 0, "max_tokens": 40},
+        )
         if r.status_code == 200:
             break
         assert r.status_code == 503, r.text
@@ -274,7 +336,8 @@ def test_a_server_killed_with_kill_9_takes_vllm_and_its_workers_with_it(vllm, cl
 
 
 def test_no_memory_for_the_kv_cache_is_one_configuration_line_and_exit_78(tmp_path):
-    line = configuration_error(tmp_path, "--engine", "vllm", "--vllm-cpu-kv-cache-gib", "100000", "--base-model", "builtin:tiny",
-                               timeout=300)
+    line = configuration_error(
+        tmp_path, "--engine", "vllm", "--vllm-cpu-kv-cache-gib", "100000", "--base-model", "builtin:tiny", timeout=300
+    )
     assert line.startswith("art-server: configuration error: the vllm engine could not start:")
     assert "kv cache" in line and "--vllm-cpu-kv-cache-gib" in line

@@ -81,8 +81,10 @@ def main() -> None:
     @app.post("/v1/completions")
     async def completions(request: Request):
         body = await request.json()
-        record("/v1/completions", {"model": body.get("model"), "return_token_ids": body.get("return_token_ids"),
-                                   "prompt": body.get("prompt")})
+        record(
+            "/v1/completions",
+            {"model": body.get("model"), "return_token_ids": body.get("return_token_ids"), "prompt": body.get("prompt")},
+        )
         if state["sleeping"]:
             return vllm_error(503, "engine is sleeping")
         model = body.get("model")
@@ -93,19 +95,31 @@ def main() -> None:
             return vllm_error(400, "the stand-in takes token-id prompts only")
         with_ids = bool(body.get("return_token_ids"))
         try:
-            states = await engine.sample(body["prompt"], {**body, "top_k": max(0, body.get("top_k") or 0),
-                                                          "top_logprobs": body.get("logprobs") or 0}, adapter, "standin")
+            states = await engine.sample(
+                body["prompt"],
+                {**body, "top_k": max(0, body.get("top_k") or 0), "top_logprobs": body.get("logprobs") or 0},
+                adapter,
+                "standin",
+            )
         except EngineError as error:
             return vllm_error(error.status, str(error))
 
         def choice(state, tokens, logprobs, finish):
-            item = {"index": state.index, "text": "", "finish_reason": finish,
-                    "logprobs": {"token_logprobs": logprobs, "top_logprobs": [{f"token_id:{t}": lp} for t, lp in zip(tokens, logprobs)]}}
+            item = {
+                "index": state.index,
+                "text": "",
+                "finish_reason": finish,
+                "logprobs": {
+                    "token_logprobs": logprobs,
+                    "top_logprobs": [{f"token_id:{t}": lp} for t, lp in zip(tokens, logprobs)],
+                },
+            }
             if with_ids:
                 item["token_ids"] = tokens
             return item
 
         if body.get("stream"):
+
             async def sse():
                 for state in states:
                     for k, (token, logprob) in enumerate(zip(state.token_ids, state.logprobs)):
@@ -115,10 +129,13 @@ def main() -> None:
                 yield "data: [DONE]\n\n"
 
             return StreamingResponse(sse(), media_type="text/event-stream")
-        return {"choices": [choice(st, st.token_ids, st.logprobs, st.finish_reason) for st in states],
-                **({"prompt_token_ids": body["prompt"]} if with_ids else {})}
+        return {
+            "choices": [choice(st, st.token_ids, st.logprobs, st.finish_reason) for st in states],
+            **({"prompt_token_ids": body["prompt"]} if with_ids else {}),
+        }
 
     if runtime_lora:
+
         @app.post("/v1/load_lora_adapter")
         async def load(request: Request):
             body = await request.json()
@@ -140,6 +157,7 @@ def main() -> None:
             return f"Success: LoRA adapter '{body['lora_name']}' removed successfully."
 
     if dev_mode and args.enable_sleep_mode:
+
         @app.post("/sleep")
         async def sleep(level: int = 1):
             record("/sleep", {"level": level})

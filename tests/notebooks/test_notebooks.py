@@ -49,7 +49,7 @@ def execute(source: Path, env: dict[str, str] | None = None, through: str | None
     nb = nbformat.read(source, as_version=4)
     if through is not None:
         last = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and through in c.source)
-        nb.cells = nb.cells[:last + 1]
+        nb.cells = nb.cells[: last + 1]
     os.environ["ART_SMOKE"] = "1"  # inherited by the kernel process
     saved = {k: os.environ.get(k) for k in env or {}}
     os.environ.update(env or {})
@@ -201,8 +201,11 @@ COOKBOOK = ["tictactoe.ipynb", "2048.ipynb", "codenames.ipynb", "sft-then-rl.ipy
 def plotly_traces(nb: nbformat.NotebookNode) -> list[str]:
     """`split/metric` of every plotted trace, from each output's plotly bundle (the last state of a
     chart redrawn in place is what the saved notebook holds)."""
-    return [f"{trace['meta']['split']}/{trace['meta']['metric']}" if "meta" in trace else trace.get("name", "")
-            for o in outputs_of(nb) for trace in o.get("data", {}).get("application/vnd.plotly.v1+json", {}).get("data", [])]
+    return [
+        f"{trace['meta']['split']}/{trace['meta']['metric']}" if "meta" in trace else trace.get("name", "")
+        for o in outputs_of(nb)
+        for trace in o.get("data", {}).get("application/vnd.plotly.v1+json", {}).get("data", [])
+    ]
 
 
 @pytest.mark.parametrize("name", COOKBOOK)
@@ -220,8 +223,9 @@ def test_cookbook_notebook_exists_and_holds_the_reward_plot(name: str) -> None:
     assert "Error" not in streams, f"{name}: a cell wrote an error:\n{streams[-2000:]}"
     # Advice (flat groups, server warnings) is a styled note in a notebook, not a red stderr box.
     assert "[art]" not in streams, f"{name}: a notice went to stderr:\n{streams[-2000:]}"
-    assert "await backend.close()" not in "".join(c.source for c in nb.cells if c.cell_type == "code"), \
+    assert "await backend.close()" not in "".join(c.source for c in nb.cells if c.cell_type == "code"), (
         f"{name}: a cell closes the backend, so re-running the training cell would fail"
+    )
 
 
 def test_committed_cookbook_notebooks_have_no_outputs() -> None:
@@ -232,8 +236,11 @@ def test_committed_cookbook_notebooks_have_no_outputs() -> None:
 
 
 def committed_notebooks() -> list[Path]:
-    return sorted(p for p in ROOT.glob("**/*.ipynb")
-                  if not any(part in {".artifacts", "node_modules", ".venv", ".art", ".git", ".exp"} for part in p.relative_to(ROOT).parts))
+    return sorted(
+        p
+        for p in ROOT.glob("**/*.ipynb")
+        if not any(part in {".artifacts", "node_modules", ".venv", ".art", ".git", ".exp"} for part in p.relative_to(ROOT).parts)
+    )
 
 
 @pytest.mark.parametrize("path", committed_notebooks(), ids=lambda p: str(p.relative_to(ROOT)))
@@ -261,13 +268,17 @@ def test_git_stores_a_run_notebook_as_committed(name: str) -> None:
     assert attribute.stdout.strip().endswith("filter: nbstripout"), attribute.stdout
     clean = subprocess.run([*git, "config", "--get", "filter.nbstripout.clean"], capture_output=True, text=True)
     assert clean.returncode == 0, "the nbstripout filter is not defined: run npm run setup"
-    stripped = subprocess.run(clean.stdout.strip(), shell=True, input=nbformat.writes(nb) + "\n", capture_output=True, text=True, check=True)
+    stripped = subprocess.run(
+        clean.stdout.strip(), shell=True, input=nbformat.writes(nb) + "\n", capture_output=True, text=True, check=True
+    )
     assert stripped.stdout == source.read_text(encoding="utf-8"), f"the filter does not restore notebooks/{name}"
     # and git itself, through .gitattributes: the run file hashes to the committed blob
     run_copy = ROOT / "notebooks" / f".{source.stem}-run-{os.getpid()}.ipynb"
     try:
         run_copy.write_text(nbformat.writes(nb) + "\n", encoding="utf-8")
-        hashed = subprocess.run([*git, "hash-object", "--path", f"notebooks/{name}", str(run_copy)], capture_output=True, text=True, check=True)
+        hashed = subprocess.run(
+            [*git, "hash-object", "--path", f"notebooks/{name}", str(run_copy)], capture_output=True, text=True, check=True
+        )
     finally:
         run_copy.unlink(missing_ok=True)
     committed = subprocess.run([*git, "hash-object", str(source)], capture_output=True, text=True, check=True)
@@ -292,7 +303,9 @@ def test_bring_your_own_agent_captures_the_ai_sdk_agent_and_its_mcp_tools() -> N
     streams = "".join(o.get("text", "") for o in outputs_of(nb) if o.get("output_type") == "stream")
     assert "tools: list_towns, lookup_town" in streams, streams[:2000]
     views = [o["data"]["text/html"] for o in outputs_of(nb) if 'class="art-trajectory"' in o.get("data", {}).get("text/html", "")]
-    assert len(views) == 2 and all('class="art-token"' in v for v in views), "the captured base and trained rollouts as transcripts"
+    assert len(views) == 2 and all('class="art-token"' in v for v in views), (
+        "the captured base and trained rollouts as transcripts"
+    )
     code = "".join(c.source for c in nb.cells if c.cell_type == "code")
     assert "model.rollout" in code or "chat.rollout" in code, "the notebook captures through a rollout"
     assert ".push(" not in code, "the agent's calls are captured, never pushed"

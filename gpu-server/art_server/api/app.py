@@ -31,9 +31,14 @@ def create_app(config: ServerConfig) -> FastAPI:
         await manager.close()
 
     docs: dict[str, Any] = {} if config.docs else {"docs_url": None, "redoc_url": None, "openapi_url": None}
-    app = FastAPI(title="art-server", version=__version__, lifespan=lifespan, **docs,
-                  description="OpenAI-compatible serving of a base model and its per-step LoRA adapters, "
-                              "with GRPO and SFT training. Every route but /health needs `Authorization: Bearer <token>`.")
+    app = FastAPI(
+        title="art-server",
+        version=__version__,
+        lifespan=lifespan,
+        **docs,
+        description="OpenAI-compatible serving of a base model and its per-step LoRA adapters, "
+        "with GRPO and SFT training. Every route but /health needs `Authorization: Bearer <token>`.",
+    )
     app.state.config = config
     app.state.manager = manager
     install_error_handlers(app)
@@ -48,6 +53,9 @@ def create_asgi(app: FastAPI) -> Any:
     """What uvicorn serves: the token check (before any body is read), the body limit, then chat
     completions ahead of FastAPI, then the app."""
     config: ServerConfig = app.state.config
-    public = {"/health"} | ({p for p in (app.docs_url, app.redoc_url, app.openapi_url, app.swagger_ui_oauth2_redirect_url) if p}
-                            if config.docs else set())
+    public = {"/health"} | (
+        {p for p in (app.docs_url, app.redoc_url, app.openapi_url, app.swagger_ui_oauth2_redirect_url) if p}
+        if config.docs
+        else set()
+    )
     return TokenGate(BodyLimit(ChatCompletionsRoute(app), config.max_body_bytes), config.token, public)

@@ -16,8 +16,12 @@ def check_token(header: str, expected: str) -> None:
     """Raises the 401 ApiError unless `header` is `Bearer <expected>`."""
     scheme, _, given = header.partition(" ")
     if scheme.lower() != "bearer" or not given:
-        raise ApiError(401, "missing bearer token: send `Authorization: Bearer <token>` (the token the server printed "
-                            "in its ready line, or --token)", "invalid_api_key")
+        raise ApiError(
+            401,
+            "missing bearer token: send `Authorization: Bearer <token>` (the token the server printed "
+            "in its ready line, or --token)",
+            "invalid_api_key",
+        )
     if not secrets.compare_digest(given.strip().encode(), expected.encode()):
         raise ApiError(401, "wrong bearer token for this server", "invalid_api_key")
 
@@ -47,8 +51,11 @@ class TokenGate:
             check_token((authorization or (b"Bearer " + api_key if api_key else b"")).decode("latin-1"), self.token)
         except ApiError as error:
             body = json.dumps(error_body(401, error.message, error.code)).encode()
-            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                       (b"www-authenticate", b"Bearer")]
+            headers = [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"www-authenticate", b"Bearer"),
+            ]
             if has_body:  # the body stays unread: close the connection instead of receiving it
                 headers.append((b"connection", b"close"))
             await send({"type": "http.response.start", "status": 401, "headers": headers})

@@ -51,8 +51,9 @@ class ChatCompletionsRoute:
             return content_type_error(content_type)
         body = await _read_body(receive)
         if not body.strip():
-            return error_response(400, "the request body is empty: send the chat-completions request as a JSON object",
-                                  "invalid_value")
+            return error_response(
+                400, "the request body is empty: send the chat-completions request as a JSON object", "invalid_value"
+            )
         try:
             request = ChatCompletionRequest.model_validate_json(body)
         except ValidationError as error:

@@ -186,9 +186,19 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         current = None if self._in_head else self.cycle  # the request being answered, once its head is in
         if current is None or not current.response_started:
             body = json.dumps(error_body(status, message, "request_too_large" if status == 431 else "request_timeout")).encode()
-            self.transport.write(b"".join([STATUS_LINE[status], b"content-type: application/json\r\n",
-                                           b"content-length: ", str(len(body)).encode(), b"\r\n",
-                                           b"connection: close\r\n\r\n", body]))
+            self.transport.write(
+                b"".join(
+                    [
+                        STATUS_LINE[status],
+                        b"content-type: application/json\r\n",
+                        b"content-length: ",
+                        str(len(body)).encode(),
+                        b"\r\n",
+                        b"connection: close\r\n\r\n",
+                        body,
+                    ]
+                )
+            )
         if current is not None and not current.response_complete:
             current.disconnected = True  # the app reads a disconnect, and what it sends is dropped
         self.logger.info("%s: %d %s", f"{self.client[0]}:{self.client[1]}" if self.client else "client", status, message)

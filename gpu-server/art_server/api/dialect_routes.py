@@ -27,8 +27,11 @@ def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
 
 
-@router.post("/v1/responses", summary="OpenAI's Responses API (function tools, no stored responses), with prompt and "
-                                      "sampled token ids", openapi_extra=_body_doc(responses_api.ResponsesRequest))
+@router.post(
+    "/v1/responses",
+    summary="OpenAI's Responses API (function tools, no stored responses), with prompt and sampled token ids",
+    openapi_extra=_body_doc(responses_api.ResponsesRequest),
+)
 async def responses(request: Request) -> Response:
     body = _validated(responses_api.ResponsesRequest, await _json_body(request))
     chat = _chat_request(_rewritten(responses_api.chat_request, body))
@@ -39,8 +42,11 @@ async def responses(request: Request) -> Response:
     return Response(orjson.dumps(responses_api.response_json(body, completion)), media_type="application/json")
 
 
-@router.post("/v1/messages", summary="Anthropic's Messages API (client tools, no thinking), with prompt and sampled "
-                                     "token ids", openapi_extra=_body_doc(messages_api.MessagesRequest))
+@router.post(
+    "/v1/messages",
+    summary="Anthropic's Messages API (client tools, no thinking), with prompt and sampled token ids",
+    openapi_extra=_body_doc(messages_api.MessagesRequest),
+)
 async def messages(request: Request) -> Response:
     try:
         body = _validated(messages_api.MessagesRequest, await _json_body(request))
@@ -93,14 +99,21 @@ def _chat_request(body: dict[str, Any]) -> ChatCompletionRequest:
         raise ApiError(400, message, "invalid_value", param) from None
 
 
-async def _stream(request: Request, chat: ChatCompletionRequest, take: Callable[[dict[str, Any]], list[dict[str, Any]]],
-                  error: Callable[[int, str, str | None], dict[str, Any]]) -> StreamingResponse:
+async def _stream(
+    request: Request,
+    chat: ChatCompletionRequest,
+    take: Callable[[dict[str, Any]], list[dict[str, Any]]],
+    error: Callable[[int, str, str | None], dict[str, Any]],
+) -> StreamingResponse:
     chunks = await sample_stream(chat, manager_of(request), request.app.state.config)
     return StreamingResponse(_events(chunks, take, error), media_type="text/event-stream", headers=SSE_HEADERS)
 
 
-async def _events(chunks: AsyncGenerator[dict[str, Any], None], take: Callable[[dict[str, Any]], list[dict[str, Any]]],
-                  error: Callable[[int, str, str | None], dict[str, Any]]) -> AsyncIterator[bytes]:
+async def _events(
+    chunks: AsyncGenerator[dict[str, Any], None],
+    take: Callable[[dict[str, Any]], list[dict[str, Any]]],
+    error: Callable[[int, str, str | None], dict[str, Any]],
+) -> AsyncIterator[bytes]:
     try:
         async for chunk in chunks:
             for event in take(chunk):
@@ -109,4 +122,3 @@ async def _events(chunks: AsyncGenerator[dict[str, Any], None], take: Callable[[
         yield sse(error(failure.status, str(failure), failure.code))
     finally:
         await chunks.aclose()  # ends the sampling at once when the client went away
-

@@ -14,9 +14,16 @@ from ..engine.base import EngineError
 
 log = logging.getLogger(__name__)
 
-TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
-         409: "invalid_request_error", 413: "invalid_request_error", 422: "invalid_request_error", 503: "server_error",
-         507: "server_error"}
+TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "invalid_request_error",
+    409: "invalid_request_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    503: "server_error",
+    507: "server_error",
+}
 
 
 class ApiError(Exception):
@@ -29,12 +36,19 @@ class ApiError(Exception):
 
 
 def error_body(status: int, message: str, code: str | None, param: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error"),
-                      "code": code, "param": param}}
+    return {
+        "error": {
+            "message": message,
+            "type": TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error"),
+            "code": code,
+            "param": param,
+        }
+    }
 
 
-def error_response(status: int, message: str, code: str | None, param: str | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(
+    status: int, message: str, code: str | None, param: str | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
     return JSONResponse(error_body(status, message, code, param), status_code=status, headers=headers)
 
 
@@ -56,8 +70,11 @@ def validation_message(errors: Any) -> tuple[str, str | None]:
 
 
 def content_type_error(content_type: str) -> JSONResponse:
-    return error_response(400, f"the body must be JSON sent with Content-Type: application/json (got {content_type or 'none'!r})",
-                          "invalid_content_type")
+    return error_response(
+        400,
+        f"the body must be JSON sent with Content-Type: application/json (got {content_type or 'none'!r})",
+        "invalid_content_type",
+    )
 
 
 def response_for(error: Exception) -> JSONResponse:
@@ -68,8 +85,12 @@ def response_for(error: Exception) -> JSONResponse:
         return error_response(error.status, str(error), error.code, error.param)
     if isinstance(error, OSError):  # the server's own files: a read-only or full data dir
         log.error("storage error: %s", error)
-        return error_response(507, f"the server could not write its data ({error.strerror or error}: {error.filename or ''}); "
-                                   "make its data dir writable and free space, then retry", "storage_error")
+        return error_response(
+            507,
+            f"the server could not write its data ({error.strerror or error}: {error.filename or ''}); "
+            "make its data dir writable and free space, then retry",
+            "storage_error",
+        )
     log.exception("unhandled error", exc_info=error)
     return error_response(500, f"internal server error: {type(error).__name__}: {error}", "internal_error")
 

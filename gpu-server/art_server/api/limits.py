@@ -16,10 +16,21 @@ class BodyLimit:
         self.limit = limit
 
     async def _refuse(self, send: Any, size: str) -> None:
-        body = json.dumps(error_body(413, f"request body is {size}, over this server's limit of {self.limit} bytes "
-                                          "(--max-body-bytes); send fewer trajectories per request", "request_too_large")).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        body = json.dumps(
+            error_body(
+                413,
+                f"request body is {size}, over this server's limit of {self.limit} bytes "
+                "(--max-body-bytes); send fewer trajectories per request",
+                "request_too_large",
+            )
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:

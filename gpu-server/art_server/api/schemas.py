@@ -153,7 +153,8 @@ class ModelCard(BaseModel):
     root: str
     parent: str | None = None
     source: dict[str, Any] | None = Field(
-        default=None, description="base model only: where its weights came from (builtin, folder, hf-cache, packaged-gguf)")
+        default=None, description="base model only: where its weights came from (builtin, folder, hf-cache, packaged-gguf)"
+    )
 
 
 class ModelList(BaseModel):
@@ -181,6 +182,7 @@ class Health(BaseModel):
 
 # -- training ------------------------------------------------------------------------------------
 
+
 class LoraConfigIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     r: int = Field(8, ge=1, le=512)
@@ -188,7 +190,9 @@ class LoraConfigIn(BaseModel):
     dropout: float = Field(0.0, ge=0, lt=1)
     target_modules: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-        min_length=1, max_length=64)
+        min_length=1,
+        max_length=64,
+    )
 
 
 class RegisterRequest(BaseModel):
@@ -208,7 +212,8 @@ class SampledChoice(_Open):
     token_ids: list[Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]] | None = Field(None, max_length=MAX_TOKENS_PER_SEQUENCE)
     # The logprob of each sampled token under the distribution it was sampled from: finite, <= 0.
     logprobs: list[Annotated[float, Field(allow_inf_nan=False, ge=-1e4, le=LOGPROB_TOLERANCE)]] | None = Field(
-        None, max_length=MAX_TOKENS_PER_SEQUENCE)
+        None, max_length=MAX_TOKENS_PER_SEQUENCE
+    )
     finish_reason: str | None = None
     # Which server and base model sampled it (see provenance.py); absent on hand-built choices.
     art_provenance: str | None = Field(None, max_length=256)
@@ -221,7 +226,8 @@ class TrajectoryIn(_Open):
     tools: list[Tool] | None = None
     reward: float = Field(allow_inf_nan=False, ge=-MAX_ABS_REWARD, le=MAX_ABS_REWARD)
     metrics: dict[str, bool | Annotated[float, Field(allow_inf_nan=False, ge=-MAX_ABS_METRIC, le=MAX_ABS_METRIC)]] = Field(
-        default_factory=dict)
+        default_factory=dict
+    )
     metadata: JsonObject = Field(default_factory=dict)
     logs: list[str] = Field(default_factory=list)
 
@@ -297,8 +303,10 @@ class SFTRequest(BaseModel):
     def _bounded_work(self) -> SFTRequest:
         passes = len(self.conversations) * self.config.epochs
         if passes > 1_000_000:
-            raise ValueError(f"{len(self.conversations)} conversations x {self.config.epochs} epochs = {passes} passes, over this "
-                             "server's limit of 1,000,000 per step: split the data over several steps")
+            raise ValueError(
+                f"{len(self.conversations)} conversations x {self.config.epochs} epochs = {passes} passes, over this "
+                "server's limit of 1,000,000 per step: split the data over several steps"
+            )
         return self
 
 

@@ -47,8 +47,11 @@ async def list_models(request: Request) -> ModelList:
 @router.get("/v1/engine/stats", summary="Engine load: pending and running sequences, tokens generated")
 async def engine_stats(request: Request) -> dict[str, Any]:
     manager = manager_of(request)
-    return {**(manager.engine.stats() if manager.engine else {"engine": None}), "training_slots": manager.training.slots(),
-            "trainer_ranks": manager.training.ranks()}
+    return {
+        **(manager.engine.stats() if manager.engine else {"engine": None}),
+        "training_slots": manager.training.slots(),
+        "trainer_ranks": manager.training.ranks(),
+    }
 
 
 async def _resolve(manager: ModelManager, model: str) -> str | None:
@@ -83,7 +86,9 @@ async def complete_chat(body: ChatCompletionRequest, manager: ModelManager, conf
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-async def _sampling(body: ChatCompletionRequest, manager: ModelManager, config: Any) -> tuple[str | None, int | None, dict[str, Any]]:
+async def _sampling(
+    body: ChatCompletionRequest, manager: ModelManager, config: Any
+) -> tuple[str | None, int | None, dict[str, Any]]:
     if body.n > config.max_n:
         raise ApiError(400, f"n={body.n} is over this server's limit of {config.max_n} (--max-n)", "invalid_value", "n")
     adapter = await _resolve(manager, body.model)
@@ -123,8 +128,12 @@ async def sample_stream(body: ChatCompletionRequest, manager: ModelManager, conf
     return _tagged(first, stream, lambda: manager.release(adapter), manager.provenance.stream_tagger(policy_step))
 
 
-async def _tagged(first: dict[str, Any], rest: AsyncGenerator[dict[str, Any], None], done: Callable[[], None],
-                  tagger: Callable[[dict[str, Any]], dict[str, Any]]) -> AsyncGenerator[dict[str, Any], None]:
+async def _tagged(
+    first: dict[str, Any],
+    rest: AsyncGenerator[dict[str, Any], None],
+    done: Callable[[], None],
+    tagger: Callable[[dict[str, Any]], dict[str, Any]],
+) -> AsyncGenerator[dict[str, Any], None]:
     try:
         yield tagger(first)
         async for chunk in rest:
@@ -165,8 +174,13 @@ async def load_lora_adapter(body: LoadAdapterRequest, request: Request) -> dict[
         raise ApiError(400, f"lora_path {body.lora_path[:200]!r} is not a folder on the server", "invalid_value", "lora_path")
     manager = manager_of(request)
     if name in manager.training.models:
-        raise ApiError(409, f"{name!r} is a model trained on this server: its steps are served from its own checkpoints "
-                            f"({name}@N loads step N on demand); load this adapter under another name", "conflict", "lora_name")
+        raise ApiError(
+            409,
+            f"{name!r} is a model trained on this server: its steps are served from its own checkpoints "
+            f"({name}@N loads step N on demand); load this adapter under another name",
+            "conflict",
+            "lora_name",
+        )
     try:
         await manager.add_adapter(name, step, path.resolve())
     except ModelNotFound as error:

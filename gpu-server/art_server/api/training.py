@@ -47,13 +47,23 @@ async def _ndjson(first: dict[str, Any], rest: AsyncIterator[dict[str, Any]]) ->
     except StepAborted as error:  # rolled back: the model is as it was (guard.py)
         yield orjson.dumps({"type": "error", "status": error.status, **error_body(error.status, str(error), error.code)}) + b"\n"
     except OSError as error:  # the data dir: full, read-only, gone
-        message = (f"the step could not be saved ({error.strerror or error}: {error.filename or ''}) and was rolled back; "
-                   "make the server's data dir writable (and free space), then train again")
+        message = (
+            f"the step could not be saved ({error.strerror or error}: {error.filename or ''}) and was rolled back; "
+            "make the server's data dir writable (and free space), then train again"
+        )
         yield orjson.dumps({"type": "error", "status": 507, **error_body(507, message, "storage_error")}) + b"\n"
     except Exception as error:  # the stream has started: report in-band
         log.exception("training step failed", exc_info=error)
-        yield orjson.dumps({"type": "error", "status": 500, **error_body(
-            500, f"the step failed and was rolled back: {type(error).__name__}: {error}", "training_failed")}) + b"\n"
+        yield (
+            orjson.dumps(
+                {
+                    "type": "error",
+                    "status": 500,
+                    **error_body(500, f"the step failed and was rolled back: {type(error).__name__}: {error}", "training_failed"),
+                }
+            )
+            + b"\n"
+        )
 
 
 async def _stream(lines: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
@@ -91,9 +101,15 @@ async def get_model(name: str, request: Request) -> dict[str, Any]:
 async def train(name: str, body: TrainRequest, request: Request) -> StreamingResponse:
     _model(request, name)
     config = GRPOConfig(**body.config.model_dump())
-    return await _stream(manager_of(request).training.train(
-        name, _dump_groups(body.groups), config, body.serve_previous_during_training,
-        {"groups_dropped_stale": body.stale_groups_dropped, "groups_retried_stale": body.stale_groups_retried}))
+    return await _stream(
+        manager_of(request).training.train(
+            name,
+            _dump_groups(body.groups),
+            config,
+            body.serve_previous_during_training,
+            {"groups_dropped_stale": body.stale_groups_dropped, "groups_retried_stale": body.stale_groups_retried},
+        )
+    )
 
 
 @router.post("/{name}/train_sft", summary="One SFT step (epochs over conversations); streams NDJSON like train")
@@ -112,8 +128,13 @@ async def log_groups(name: str, body: LogRequest, request: Request) -> dict[str,
         raise ApiError(400, str(error), "invalid_value", "split") from None
     model = _model(request, name)
     if body.step is not None and body.step > model.step:
-        raise ApiError(400, f"step {body.step} is ahead of {name}'s current step {model.step}: log groups at a step the "
-                            "model has reached (leave step out for the current one)", "invalid_value", "step")
+        raise ApiError(
+            400,
+            f"step {body.step} is ahead of {name}'s current step {model.step}: log groups at a step the "
+            "model has reached (leave step out for the current one)",
+            "invalid_value",
+            "step",
+        )
     return await manager_of(request).training.log(name, body.split, _dump_groups(body.groups), body.step)
 
 

@@ -45,8 +45,9 @@ def invalid(where: str, message: str) -> DialectError:
 
 
 def unsupported(where: str, what: str, advice: str = "") -> DialectError:
-    return DialectError(f"{where}: {what} is not supported by this server{'; ' + advice if advice else ''}", where,
-                        "unsupported_value")
+    return DialectError(
+        f"{where}: {what} is not supported by this server{'; ' + advice if advice else ''}", where, "unsupported_value"
+    )
 
 
 def text_of(parts: Any, where: str, kinds: tuple[str, ...]) -> str:
@@ -60,7 +61,9 @@ def text_of(parts: Any, where: str, kinds: tuple[str, ...]) -> str:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind not in kinds:
             if kind in ("image", "input_image", "document", "input_file", "input_audio", "file"):
-                raise unsupported(f"{where}[{k}]", f"a content part of type {kind!r}", "this server serves text models: send text parts")
+                raise unsupported(
+                    f"{where}[{k}]", f"a content part of type {kind!r}", "this server serves text models: send text parts"
+                )
             raise invalid(f"{where}[{k}]", f"a content part must be an object of type {' or '.join(map(repr, kinds))}")
         text = part.get("text")
         if not isinstance(text, str):
@@ -146,9 +149,18 @@ class StreamedSample:
         assert self.finish is not None
         calls = (self.finish.get("delta") or {}).get("tool_calls") or []
         text = self.shown.strip() if calls else self.shown  # as a JSON answer has it
-        choice = {key: self.finish[key] for key in ("finish_reason", "stop_reason", "art_provenance", "art_policy_step")
-                  if key in self.finish}
-        choice.update(message={"role": "assistant", "content": (text or None) if calls else text,
-                               **({"tool_calls": [{k: v for k, v in c.items() if k != "index"} for c in calls]} if calls else {})},
-                      token_ids=self.token_ids, logprobs={"content": self.entries})
+        choice = {
+            key: self.finish[key]
+            for key in ("finish_reason", "stop_reason", "art_provenance", "art_policy_step")
+            if key in self.finish
+        }
+        choice.update(
+            message={
+                "role": "assistant",
+                "content": (text or None) if calls else text,
+                **({"tool_calls": [{k: v for k, v in c.items() if k != "index"} for c in calls]} if calls else {}),
+            },
+            token_ids=self.token_ids,
+            logprobs={"content": self.entries},
+        )
         return {"prompt_token_ids": self.prompt_ids}, choice

@@ -61,8 +61,13 @@ def chat_request(request: MessagesRequest) -> dict[str, Any]:
     for field in ("container", "mcp_servers", "context_management"):
         if getattr(request, field) is not None:
             raise unsupported(field, field)
-    body: dict[str, Any] = {"model": request.model, "messages": _messages(request), "stream": request.stream,
-                            "logprobs": True, "max_tokens": request.max_tokens}
+    body: dict[str, Any] = {
+        "model": request.model,
+        "messages": _messages(request),
+        "stream": request.stream,
+        "logprobs": True,
+        "max_tokens": request.max_tokens,
+    }
     if request.tools:
         body["tools"] = [_tool(tool, f"tools[{i}]") for i, tool in enumerate(request.tools)]
     if request.tool_choice is not None:
@@ -100,8 +105,11 @@ def _messages(request: MessagesRequest) -> list[dict[str, Any]]:
         else:
             messages += _user(content, where, calls)
     if request.messages[-1].get("role") == "assistant":
-        raise unsupported(f"messages[{len(request.messages) - 1}]", "a final assistant message (a prefill to continue)",
-                          "end the conversation with a user message")
+        raise unsupported(
+            f"messages[{len(request.messages) - 1}]",
+            "a final assistant message (a prefill to continue)",
+            "end the conversation with a user message",
+        )
     return messages
 
 
@@ -127,7 +135,9 @@ def _assistant(blocks: list[Any], where: str, calls: set[str]) -> dict[str, Any]
                 raise invalid(spot, "a tool_use block needs an id and a name (strings)")
             if not isinstance(arguments, dict):
                 raise invalid(f"{spot}.input", "must be an object")
-            tool_calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments_text(arguments)}})
+            tool_calls.append(
+                {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments_text(arguments)}}
+            )
             calls.add(call_id)
         elif kind in ("thinking", "redacted_thinking"):
             raise unsupported(f"{spot}.type", f"a {kind} block")
@@ -136,8 +146,11 @@ def _assistant(blocks: list[Any], where: str, calls: set[str]) -> dict[str, Any]
         else:
             raise invalid(f"{spot}.type", f"{kind[:80]!r} is not an assistant content block this server knows (text, tool_use)")
     text = "".join(texts)
-    return {"role": "assistant", "content": text if text or not tool_calls else None,
-            **({"tool_calls": tool_calls} if tool_calls else {})}
+    return {
+        "role": "assistant",
+        "content": text if text or not tool_calls else None,
+        **({"tool_calls": tool_calls} if tool_calls else {}),
+    }
 
 
 def _user(blocks: list[Any], where: str, calls: set[str]) -> list[dict[str, Any]]:
@@ -153,7 +166,9 @@ def _user(blocks: list[Any], where: str, calls: set[str]) -> list[dict[str, Any]
             output = block.get("content", "")
             results.append({"role": "tool", "tool_call_id": call_id, "content": text_of(output, f"{spot}.content", TEXT_BLOCKS)})
         elif kind in ("image", "document", "search_result", "container_upload"):
-            raise unsupported(f"{spot}.type", f"a content block of type {kind!r}", "this server serves text models: send text blocks")
+            raise unsupported(
+                f"{spot}.type", f"a content block of type {kind!r}", "this server serves text models: send text blocks"
+            )
         else:
             raise invalid(f"{spot}.type", f"{kind[:80]!r} is not a user content block this server knows (text, tool_result)")
     # Tool results answer the previous turn, so they come first; any text is the next user turn.
@@ -163,12 +178,17 @@ def _user(blocks: list[Any], where: str, calls: set[str]) -> list[dict[str, Any]
 def _tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
     kind = tool.get("type", "custom")
     if kind != "custom":
-        raise unsupported(f"{where}.type", f"the server tool {str(kind)[:60]!r}", "only client tools (name, input_schema) are served")
+        raise unsupported(
+            f"{where}.type", f"the server tool {str(kind)[:60]!r}", "only client tools (name, input_schema) are served"
+        )
     # eager_input_streaming changes only how a tool's input is streamed (here: whole, in one delta).
     unknown = set(tool) - {"type", "name", "description", "input_schema", "cache_control", "eager_input_streaming", "strict"}
     if tool.get("strict"):
-        raise unsupported(f"{where}.strict", "strict tool use (arguments constrained to the schema)",
-                          "arguments are sampled freely: validate them in the tool")
+        raise unsupported(
+            f"{where}.strict",
+            "strict tool use (arguments constrained to the schema)",
+            "arguments are sampled freely: validate them in the tool",
+        )
     if unknown:
         raise invalid(where, f"unknown field(s) {sorted(unknown)} in a tool")
     if not isinstance(tool.get("name"), str) or not isinstance(tool.get("input_schema"), dict):
@@ -181,6 +201,7 @@ def _tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
 
 # -- answers -------------------------------------------------------------------------------------
 
+
 def _stop(choice: dict[str, Any]) -> tuple[str, str | None]:
     if choice.get("stop_reason") is not None:
         return "stop_sequence", choice["stop_reason"]
@@ -192,21 +213,41 @@ def _content(message: dict[str, Any]) -> list[dict[str, Any]]:
     if message.get("content") or not message.get("tool_calls"):
         blocks.append({"type": "text", "text": message.get("content") or ""})
     for call in message.get("tool_calls") or []:
-        blocks.append({"type": "tool_use", "id": call["id"], "name": call["function"]["name"],
-                       "input": arguments_object(call["function"]["arguments"])})
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": call["id"],
+                "name": call["function"]["name"],
+                "input": arguments_object(call["function"]["arguments"]),
+            }
+        )
     return blocks
 
 
-def message_object(request: MessagesRequest, message_id: str, completion: dict[str, Any], choice: dict[str, Any]) -> dict[str, Any]:
+def message_object(
+    request: MessagesRequest, message_id: str, completion: dict[str, Any], choice: dict[str, Any]
+) -> dict[str, Any]:
     stop_reason, stop_sequence = _stop(choice)
-    return {"id": message_id, "type": "message", "role": "assistant", "model": request.model,
-            "content": _content(choice["message"]), "stop_reason": stop_reason, "stop_sequence": stop_sequence,
-            "usage": _usage(completion, choice), **sample_fields(completion, choice)}
+    return {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": request.model,
+        "content": _content(choice["message"]),
+        "stop_reason": stop_reason,
+        "stop_sequence": stop_sequence,
+        "usage": _usage(completion, choice),
+        **sample_fields(completion, choice),
+    }
 
 
 def _usage(completion: dict[str, Any], choice: dict[str, Any]) -> dict[str, int]:
-    return {"input_tokens": len(completion.get("prompt_token_ids") or []), "output_tokens": len(choice.get("token_ids") or []),
-            "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+    return {
+        "input_tokens": len(completion.get("prompt_token_ids") or []),
+        "output_tokens": len(choice.get("token_ids") or []),
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+    }
 
 
 def message_json(request: MessagesRequest, completion: dict[str, Any]) -> dict[str, Any]:
@@ -230,11 +271,27 @@ class MessageEvents:
         text = self.sample.take(chunk)
         if not self.started:
             self.started = True
-            events.append({"type": "message_start", "message": {
-                "id": self.id, "type": "message", "role": "assistant", "model": self.request.model, "content": [],
-                "stop_reason": None, "stop_sequence": None, "prompt_token_ids": self.sample.prompt_ids,
-                "usage": {"input_tokens": len(self.sample.prompt_ids), "output_tokens": 0,
-                          "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}})
+            events.append(
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": self.id,
+                        "type": "message",
+                        "role": "assistant",
+                        "model": self.request.model,
+                        "content": [],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "prompt_token_ids": self.sample.prompt_ids,
+                        "usage": {
+                            "input_tokens": len(self.sample.prompt_ids),
+                            "output_tokens": 0,
+                            "cache_creation_input_tokens": 0,
+                            "cache_read_input_tokens": 0,
+                        },
+                    },
+                }
+            )
         if text:
             if not self.text_open:
                 self.text_open = True
@@ -257,17 +314,30 @@ class MessageEvents:
         for block in (b for b in _content(choice["message"]) if b["type"] == "tool_use"):
             index = self.blocks
             self.blocks += 1
-            events += [{"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}},
-                       {"type": "content_block_delta", "index": index,
-                        "delta": {"type": "input_json_delta", "partial_json": arguments_text(block["input"])}},
-                       {"type": "content_block_stop", "index": index}]
+            events += [
+                {"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}},
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "input_json_delta", "partial_json": arguments_text(block["input"])},
+                },
+                {"type": "content_block_stop", "index": index},
+            ]
         stop_reason, stop_sequence = _stop(choice)
-        events.append({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-                       "usage": {"output_tokens": len(self.sample.token_ids)}, **sample_fields(completion, choice)})
+        events.append(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
+                "usage": {"output_tokens": len(self.sample.token_ids)},
+                **sample_fields(completion, choice),
+            }
+        )
         events.append({"type": "message_stop"})
         return events
 
     @staticmethod
     def error(status: int, message: str, code: str | None) -> dict[str, Any]:
-        return {"type": "error", "error": {"type": "api_error" if status >= 500 else "invalid_request_error", "message": message,
-                                           "code": code}}
+        return {
+            "type": "error",
+            "error": {"type": "api_error" if status >= 500 else "invalid_request_error", "message": message, "code": code},
+        }

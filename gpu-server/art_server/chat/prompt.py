@@ -32,12 +32,17 @@ def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     JSON strings; the template decides how to print them)."""
     out = []
     for message in messages:
-        m: dict[str, Any] = {"role": "system" if message["role"] == "developer" else message["role"],
-                             "content": content_text(message.get("content"))}
+        m: dict[str, Any] = {
+            "role": "system" if message["role"] == "developer" else message["role"],
+            "content": content_text(message.get("content")),
+        }
         if message.get("tool_calls"):
             m["tool_calls"] = [
-                {"id": c.get("id"), "type": "function",
-                 "function": {"name": c["function"]["name"], "arguments": _arguments(c["function"].get("arguments"))}}
+                {
+                    "id": c.get("id"),
+                    "type": "function",
+                    "function": {"name": c["function"]["name"], "arguments": _arguments(c["function"].get("arguments"))},
+                }
                 for c in message["tool_calls"]
             ]
         for key in ("tool_call_id", "name"):
@@ -81,14 +86,18 @@ def tools_as_text(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -
     return out
 
 
-def prompt_token_ids(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                     add_generation_prompt: bool = True) -> list[int]:
+def prompt_token_ids(
+    tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, add_generation_prompt: bool = True
+) -> list[int]:
     rendered = template_messages(messages)
     if tools and not template_renders_tools(tokenizer):
         rendered, tools = tools_as_text(rendered, tools), None
     try:
         encoded = tokenizer.apply_chat_template(
-            rendered, tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=True,
+            rendered,
+            tools=tools or None,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=True,
         )
     except PromptError:
         raise

@@ -21,8 +21,21 @@ from .dialect import Forbidding, StreamedSample, invalid, json_safe, new_id, sam
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 TEXT_PARTS = ("input_text", "output_text", "text")
-HOSTED_TOOLS = ("web_search", "web_search_preview", "file_search", "computer_use_preview", "computer", "code_interpreter",
-                "image_generation", "mcp", "local_shell", "shell", "apply_patch", "custom", "tool_search")
+HOSTED_TOOLS = (
+    "web_search",
+    "web_search_preview",
+    "file_search",
+    "computer_use_preview",
+    "computer",
+    "code_interpreter",
+    "image_generation",
+    "mcp",
+    "local_shell",
+    "shell",
+    "apply_patch",
+    "custom",
+    "tool_search",
+)
 
 
 class ResponsesRequest(Forbidding):
@@ -61,16 +74,19 @@ class ResponsesRequest(Forbidding):
 def chat_request(request: ResponsesRequest) -> dict[str, Any]:
     """The equivalent chat-completions request (the body a ChatCompletionRequest validates)."""
     _refuse_unserved(request)
-    body: dict[str, Any] = {"model": request.model, "messages": _messages(request), "stream": request.stream,
-                            "logprobs": True}
+    body: dict[str, Any] = {"model": request.model, "messages": _messages(request), "stream": request.stream, "logprobs": True}
     if request.tools:
         body["tools"] = [_tool(tool, f"tools[{i}]") for i, tool in enumerate(request.tools)]
     if request.tool_choice is not None:
         if request.tool_choice not in ("auto", "none"):
             raise unsupported("tool_choice", f"tool_choice {request.tool_choice!r}", "it supports 'auto' and 'none'")
         body["tool_choice"] = request.tool_choice
-    for name, chat_name in (("temperature", "temperature"), ("top_p", "top_p"), ("max_output_tokens", "max_tokens"),
-                            ("top_logprobs", "top_logprobs")):
+    for name, chat_name in (
+        ("temperature", "temperature"),
+        ("top_p", "top_p"),
+        ("max_output_tokens", "max_tokens"),
+        ("top_logprobs", "top_logprobs"),
+    ):
         if getattr(request, name) is not None:
             body[chat_name] = getattr(request, name)
     return body
@@ -79,10 +95,17 @@ def chat_request(request: ResponsesRequest) -> dict[str, Any]:
 def _refuse_unserved(request: ResponsesRequest) -> None:
     if request.previous_response_id is not None or request.conversation is not None:
         field = "previous_response_id" if request.previous_response_id is not None else "conversation"
-        raise unsupported(field, "continuing a stored response", "this server stores no responses: send the whole "
-                          "conversation in `input` (the AI SDK: providerOptions.openai.store = false)")
-    for field, what in (("prompt", "a stored prompt template"), ("max_tool_calls", "max_tool_calls"),
-                        ("context_management", "context_management")):
+        raise unsupported(
+            field,
+            "continuing a stored response",
+            "this server stores no responses: send the whole "
+            "conversation in `input` (the AI SDK: providerOptions.openai.store = false)",
+        )
+    for field, what in (
+        ("prompt", "a stored prompt template"),
+        ("max_tool_calls", "max_tool_calls"),
+        ("context_management", "context_management"),
+    ):
         if getattr(request, field) is not None:
             raise unsupported(field, what)
     if request.background:
@@ -93,8 +116,11 @@ def _refuse_unserved(request: ResponsesRequest) -> None:
         raise unsupported("truncation", f"truncation {request.truncation!r}", "a prompt longer than the context is a 400")
     fmt = (request.text or {}).get("format")
     if request.text and (set(request.text) - {"format", "verbosity"} or (fmt not in (None, {"type": "text"}))):
-        raise unsupported("text", "structured output (text.format other than text) and text options",
-                          "ask for JSON in the instructions and parse the text")
+        raise unsupported(
+            "text",
+            "structured output (text.format other than text) and text options",
+            "ask for JSON in the instructions and parse the text",
+        )
     for k, value in enumerate(request.include or []):
         if value != LOGPROBS_INCLUDE:
             raise unsupported(f"include[{k}]", f"include {value!r}", f"it supports {LOGPROBS_INCLUDE!r}")
@@ -143,19 +169,25 @@ def _messages(request: ResponsesRequest) -> list[dict[str, Any]]:
                 raise invalid(f"{where}.call_id", f"{str(call_id)[:80]!r} answers no function_call earlier in input")
             if "output" not in item:
                 raise invalid(f"{where}.output", "is required")
-            messages.append({"role": "tool", "tool_call_id": call_id,
-                             "content": text_of(item["output"], f"{where}.output", TEXT_PARTS)})
+            messages.append(
+                {"role": "tool", "tool_call_id": call_id, "content": text_of(item["output"], f"{where}.output", TEXT_PARTS)}
+            )
         elif kind == "item_reference":
-            raise unsupported(f"{where}.type", "item_reference (an item of a stored response)",
-                              "send the item itself: the AI SDK sends them with providerOptions.openai.store = false, "
-                              "and model.fetch expands the ones it saw")
+            raise unsupported(
+                f"{where}.type",
+                "item_reference (an item of a stored response)",
+                "send the item itself: the AI SDK sends them with providerOptions.openai.store = false, "
+                "and model.fetch expands the ones it saw",
+            )
         elif kind == "reasoning":
             raise unsupported(f"{where}.type", "a reasoning item")
         elif isinstance(kind, str) and (kind.endswith(("_call", "_call_output"))):
             raise unsupported(f"{where}.type", f"a built-in tool's item ({kind!r})", "only function tools are served")
         else:
-            raise invalid(f"{where}.type", f"{str(kind)[:80]!r} is not an input item type this server knows "
-                                           "(message, function_call, function_call_output)")
+            raise invalid(
+                f"{where}.type",
+                f"{str(kind)[:80]!r} is not an input item type this server knows (message, function_call, function_call_output)",
+            )
     return messages
 
 
@@ -174,6 +206,7 @@ def _tool(tool: dict[str, Any], where: str) -> dict[str, Any]:
 
 # -- answers -------------------------------------------------------------------------------------
 
+
 def _output(choice: dict[str, Any], logprobs: bool) -> list[dict[str, Any]]:
     message = choice["message"]
     items: list[dict[str, Any]] = []
@@ -187,34 +220,70 @@ def _output(choice: dict[str, Any], logprobs: bool) -> list[dict[str, Any]]:
 
 def _message_item(item_id: str, text: str, choice: dict[str, Any] | None, status: str) -> dict[str, Any]:
     entries = ((choice or {}).get("logprobs") or {}).get("content") or []
-    return {"type": "message", "id": item_id, "status": status, "role": "assistant",
-            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": entries}]}
+    return {
+        "type": "message",
+        "id": item_id,
+        "status": status,
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": entries}],
+    }
 
 
 def _call_item(item_id: str, call: dict[str, Any], arguments: str, status: str) -> dict[str, Any]:
-    return {"type": "function_call", "id": item_id, "call_id": call["id"], "name": call["function"]["name"],
-            "arguments": arguments, "status": status}
+    return {
+        "type": "function_call",
+        "id": item_id,
+        "call_id": call["id"],
+        "name": call["function"]["name"],
+        "arguments": arguments,
+        "status": status,
+    }
 
 
-def response_object(request: ResponsesRequest, response_id: str, created: int, completion: dict[str, Any] | None,
-                    output: list[dict[str, Any]], status: str = "completed") -> dict[str, Any]:
+def response_object(
+    request: ResponsesRequest,
+    response_id: str,
+    created: int,
+    completion: dict[str, Any] | None,
+    output: list[dict[str, Any]],
+    status: str = "completed",
+) -> dict[str, Any]:
     choice = (completion or {}).get("choices", [{}])[0] if completion else {}
     incomplete = choice.get("finish_reason") == "length"
     prompt_tokens = len((completion or {}).get("prompt_token_ids") or [])
     output_tokens = len(choice.get("token_ids") or [])
     response: dict[str, Any] = {
-        "id": response_id, "object": "response", "created_at": created,
+        "id": response_id,
+        "object": "response",
+        "created_at": created,
         "status": "incomplete" if completion and incomplete else status,
-        "error": None, "incomplete_details": {"reason": "max_output_tokens"} if completion and incomplete else None,
-        "instructions": request.instructions, "max_output_tokens": request.max_output_tokens, "model": request.model,
-        "output": output, "parallel_tool_calls": request.parallel_tool_calls is not False, "previous_response_id": None,
-        "reasoning": None, "store": False, "temperature": request.temperature, "top_p": request.top_p,
-        "text": {"format": {"type": "text"}}, "tool_choice": request.tool_choice or "auto", "tools": json_safe(request.tools or []),
-        "truncation": "disabled", "metadata": request.metadata or {}, "user": request.user,
-        "usage": None if completion is None else {
-            "input_tokens": prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": output_tokens, "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": prompt_tokens + output_tokens},
+        "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if completion and incomplete else None,
+        "instructions": request.instructions,
+        "max_output_tokens": request.max_output_tokens,
+        "model": request.model,
+        "output": output,
+        "parallel_tool_calls": request.parallel_tool_calls is not False,
+        "previous_response_id": None,
+        "reasoning": None,
+        "store": False,
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "text": {"format": {"type": "text"}},
+        "tool_choice": request.tool_choice or "auto",
+        "tools": json_safe(request.tools or []),
+        "truncation": "disabled",
+        "metadata": request.metadata or {},
+        "user": request.user,
+        "usage": None
+        if completion is None
+        else {
+            "input_tokens": prompt_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt_tokens + output_tokens,
+        },
     }
     if completion is not None:
         response.update(sample_fields(completion, choice))
@@ -225,8 +294,9 @@ def response_json(request: ResponsesRequest, completion: dict[str, Any]) -> dict
     """The Response object of a (tagged) chat completion."""
     choice = completion["choices"][0]
     logprobs = LOGPROBS_INCLUDE in (request.include or [])
-    return response_object(request, new_id("resp"), completion.get("created") or int(time.time()), completion,
-                           _output(choice, logprobs))
+    return response_object(
+        request, new_id("resp"), completion.get("created") or int(time.time()), completion, _output(choice, logprobs)
+    )
 
 
 class ResponseEvents:
@@ -256,12 +326,32 @@ class ResponseEvents:
         if text:
             if self.message_id is None:
                 self.message_id = new_id("msg")
-                events.append(self._event("response.output_item.added", output_index=0,
-                                          item=_message_item(self.message_id, "", None, "in_progress") | {"content": []}))
-                events.append(self._event("response.content_part.added", item_id=self.message_id, output_index=0,
-                                          content_index=0, part={"type": "output_text", "text": "", "annotations": [], "logprobs": []}))
-            events.append(self._event("response.output_text.delta", item_id=self.message_id, output_index=0, content_index=0,
-                                      delta=text, logprobs=[]))
+                events.append(
+                    self._event(
+                        "response.output_item.added",
+                        output_index=0,
+                        item=_message_item(self.message_id, "", None, "in_progress") | {"content": []},
+                    )
+                )
+                events.append(
+                    self._event(
+                        "response.content_part.added",
+                        item_id=self.message_id,
+                        output_index=0,
+                        content_index=0,
+                        part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+                    )
+                )
+            events.append(
+                self._event(
+                    "response.output_text.delta",
+                    item_id=self.message_id,
+                    output_index=0,
+                    content_index=0,
+                    delta=text,
+                    logprobs=[],
+                )
+            )
         if self.sample.finish is not None:
             events += self._finish()
         return events
@@ -273,26 +363,49 @@ class ResponseEvents:
         events = []
         if self.message_id is None and not calls:  # an empty answer is still one (empty) message
             self.message_id = new_id("msg")
-            events.append(self._event("response.output_item.added", output_index=0,
-                                      item=_message_item(self.message_id, "", None, "in_progress") | {"content": []}))
+            events.append(
+                self._event(
+                    "response.output_item.added",
+                    output_index=0,
+                    item=_message_item(self.message_id, "", None, "in_progress") | {"content": []},
+                )
+            )
         if self.message_id is not None:
             logprobs = LOGPROBS_INCLUDE in (self.request.include or [])
             item = _message_item(self.message_id, message.get("content") or "", choice if logprobs else None, "completed")
             part = item["content"][0]
-            events += [self._event("response.output_text.done", item_id=self.message_id, output_index=0, content_index=0,
-                                   text=part["text"], logprobs=part["logprobs"]),
-                       self._event("response.content_part.done", item_id=self.message_id, output_index=0, content_index=0, part=part),
-                       self._event("response.output_item.done", output_index=0, item=item)]
+            events += [
+                self._event(
+                    "response.output_text.done",
+                    item_id=self.message_id,
+                    output_index=0,
+                    content_index=0,
+                    text=part["text"],
+                    logprobs=part["logprobs"],
+                ),
+                self._event("response.content_part.done", item_id=self.message_id, output_index=0, content_index=0, part=part),
+                self._event("response.output_item.done", output_index=0, item=item),
+            ]
             self.output.append(item)
         for call in calls:
             index = len(self.output)
             item = _call_item(new_id("fc"), call, call["function"]["arguments"], "completed")
-            events += [self._event("response.output_item.added", output_index=index, item=item | {"arguments": "", "status": "in_progress"}),
-                       self._event("response.function_call_arguments.delta", item_id=item["id"], output_index=index,
-                                   delta=item["arguments"]),
-                       self._event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
-                                   name=item["name"], arguments=item["arguments"]),
-                       self._event("response.output_item.done", output_index=index, item=item)]
+            events += [
+                self._event(
+                    "response.output_item.added", output_index=index, item=item | {"arguments": "", "status": "in_progress"}
+                ),
+                self._event(
+                    "response.function_call_arguments.delta", item_id=item["id"], output_index=index, delta=item["arguments"]
+                ),
+                self._event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    name=item["name"],
+                    arguments=item["arguments"],
+                ),
+                self._event("response.output_item.done", output_index=index, item=item),
+            ]
             self.output.append(item)
         completion["choices"] = [choice]
         final = response_object(self.request, self.id, self.created, completion, self.output)
@@ -301,6 +414,10 @@ class ResponseEvents:
 
     def error(self, status: int, message: str, code: str | None) -> dict[str, Any]:
         # `error` at the top as well: the openai SDK raises an APIError for a stream event that has one.
-        return self._event("error", code=code, message=message, param=None,
-                           error={"type": "server_error" if status >= 500 else "invalid_request_error", "code": code,
-                                  "message": message})
+        return self._event(
+            "error",
+            code=code,
+            message=message,
+            param=None,
+            error={"type": "server_error" if status >= 500 else "invalid_request_error", "code": code, "message": message},
+        )

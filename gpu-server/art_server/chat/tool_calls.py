@@ -38,12 +38,14 @@ def parse_tool_calls(text: str) -> tuple[str | None, list[ParsedToolCall]]:
         if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
             continue
         arguments = payload.get("arguments", payload.get("parameters", {}))
-        calls.append(ParsedToolCall(
-            id=f"call_{secrets.token_hex(12)}",
-            name=payload["name"],
-            arguments=arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False),
-        ))
-        kept.append(text[last:match.start()])
+        calls.append(
+            ParsedToolCall(
+                id=f"call_{secrets.token_hex(12)}",
+                name=payload["name"],
+                arguments=arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False),
+            )
+        )
+        kept.append(text[last : match.start()])
         last = match.end()
     if not calls:
         return text, []
@@ -56,12 +58,15 @@ def parse_tool_calls(text: str) -> tuple[str | None, list[ParsedToolCall]]:
 # The same text the built-in models' template (and Qwen2.5's) writes, so a model that has never seen
 # tools gets the format the parser above reads.
 
+
 def hermes_tools_system_text(tools: list[dict]) -> str:
     listed = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
-    return ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-            f"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{listed}\n</tools>\n\n"
-            "For each function call, return a json object with function name and arguments within "
-            '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
+    return (
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        f"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{listed}\n</tools>\n\n"
+        "For each function call, return a json object with function name and arguments within "
+        '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+    )
 
 
 def hermes_call_text(name: str, arguments: object) -> str:

@@ -37,7 +37,9 @@ class Engine(ABC):
         Cancelling the awaiting task (the client went away) stops generating and frees the slot."""
 
     @abstractmethod
-    def chat_completion_stream(self, body: dict[str, Any], adapter: str | None, request_id: str) -> AsyncGenerator[dict[str, Any], None]:
+    def chat_completion_stream(
+        self, body: dict[str, Any], adapter: str | None, request_id: str
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """`chat.completion.chunk` objects; closing the iterator early cancels the request."""
 
     @abstractmethod

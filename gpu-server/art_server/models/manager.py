@@ -62,7 +62,8 @@ class ModelManager:
                 if name != self.base_model:
                     raise BaseModelConflict(
                         f"this server holds base model {self.base_model!r}; it cannot also serve {name!r}. "
-                        "Start another server (or a new backend) for that base model.")
+                        "Start another server (or a new backend) for that base model."
+                    )
                 return self.engine
             from ..engine.factory import create_engine
 
@@ -188,14 +189,23 @@ class ModelManager:
     def listing(self) -> list[dict]:
         if self.base_model is None:
             return []
-        cards = [{"id": self.base_model, "created": self.created, "root": self.base_model, "parent": None,
-                  "source": self.base_source}]
+        cards = [
+            {"id": self.base_model, "created": self.created, "root": self.base_model, "parent": None, "source": self.base_source}
+        ]
         for name, steps in sorted(self.adapters.items()):
             latest = max(steps)
             for step, adapter in sorted(steps.items()):
-                cards.append({"id": adapter_key(name, step), "created": adapter.created, "root": self.base_model,
-                              "parent": self.base_model})
-            cards.append({"id": name, "created": steps[latest].created, "root": self.base_model, "parent": adapter_key(name, latest)})
+                cards.append(
+                    {
+                        "id": adapter_key(name, step),
+                        "created": adapter.created,
+                        "root": self.base_model,
+                        "parent": self.base_model,
+                    }
+                )
+            cards.append(
+                {"id": name, "created": steps[latest].created, "root": self.base_model, "parent": adapter_key(name, latest)}
+            )
         return cards
 
     async def close(self) -> None:

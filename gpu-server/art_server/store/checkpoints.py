@@ -43,9 +43,16 @@ def remove_partial(paths: ModelPaths) -> list[str]:
     return removed
 
 
-def save_checkpoint(paths: ModelPaths, step: int, adapter_config: Any, weights: dict[str, torch.Tensor],
-                    optimizer_state: dict[str, Any] | None, state: dict[str, Any], trajectories: list[Any] | None = None,
-                    before_publish: Callable[[], None] | None = None) -> Path:
+def save_checkpoint(
+    paths: ModelPaths,
+    step: int,
+    adapter_config: Any,
+    weights: dict[str, torch.Tensor],
+    optimizer_state: dict[str, Any] | None,
+    state: dict[str, Any],
+    trajectories: list[Any] | None = None,
+    before_publish: Callable[[], None] | None = None,
+) -> Path:
     """Writes a standard PEFT adapter folder (adapter_config.json + adapter_model.safetensors), the
     optimizer state, the trajectories trained on, and state.json last, then renames it into place.
     The rename is the commit: `before_publish` may still refuse it (a cancelled step raises there),

@@ -46,8 +46,11 @@ def restore_history_rows(paths: ModelPaths, checkpoints: list[tuple[int, dict[st
     """After a crash between a checkpoint's rename and its history append: appends the row each
     checkpoint carries (state.json's history_row) when history.jsonl has none for its step."""
     have = {r.get("trained_into_step") for r in read_history(paths)}
-    missing = [(step, state["history_row"]) for step, state in checkpoints
-               if isinstance(state.get("history_row"), dict) and step not in have]
+    missing = [
+        (step, state["history_row"])
+        for step, state in checkpoints
+        if isinstance(state.get("history_row"), dict) and step not in have
+    ]
     if missing:
         append_jsonl(paths.history, [row for _, row in missing])
     return [step for step, _ in missing]

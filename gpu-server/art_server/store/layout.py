@@ -1,11 +1,11 @@
 """Where a trainable model's files live:
 
-    <data_dir>/<project>/models/<name>/
-        model.json                          name, project, base model, LoRA config
-        history.jsonl                       one row of metrics per step and logged split
-        trajectories/<split>/<step:04d>.jsonl
-        checkpoints/<step:04d>/             a PEFT adapter folder (+ optimizer.pt, state.json)
-        logs/
+<data_dir>/<project>/models/<name>/
+    model.json                          name, project, base model, LoRA config
+    history.jsonl                       one row of metrics per step and logged split
+    trajectories/<split>/<step:04d>.jsonl
+    checkpoints/<step:04d>/             a PEFT adapter folder (+ optimizer.pt, state.json)
+    logs/
 """
 
 from __future__ import annotations

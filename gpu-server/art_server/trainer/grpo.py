@@ -70,14 +70,17 @@ class Prepared:
         tokens = sum(n for _, n in self.lags)
         if not tokens:
             return {}
-        return {"policy_lag_min": min(lag for lag, _ in self.lags), "policy_lag_max": max(lag for lag, _ in self.lags),
-                "policy_lag_mean": sum(lag * n for lag, n in self.lags) / tokens}
+        return {
+            "policy_lag_min": min(lag for lag, _ in self.lags),
+            "policy_lag_max": max(lag for lag, _ in self.lags),
+            "policy_lag_mean": sum(lag * n for lag, n in self.lags) / tokens,
+        }
 
 
 SKIP_MESSAGES = {
     "equal_rewards": "all rewards in the group are equal, so every advantage is 0",
     "missing_tokens": "a trajectory has a choice without token ids or logprobs (sample through the server's "
-                      "OpenAI endpoint, which returns them)",
+    "OpenAI endpoint, which returns them)",
     "too_long": "a sequence is longer than max_sequence_length",
     "too_small": "the group has fewer than 2 trajectories",
     "stale": "a turn was sampled more than max_steps_off_policy steps before the step that trains it",
@@ -86,9 +89,12 @@ SKIP_MESSAGES = {
 
 def _turn_lags(group: list[dict[str, Any]], step: int) -> list[tuple[int, int]]:
     """(steps behind `step`, sampled tokens) of each sampled turn that says which step sampled it."""
-    return [(step - item["art_policy_step"], len(item.get("token_ids") or []))
-            for t in group for item in t["messages_and_choices"]
-            if item.get("kind") == "choice" and item.get("art_policy_step") is not None]
+    return [
+        (step - item["art_policy_step"], len(item.get("token_ids") or []))
+        for t in group
+        for item in t["messages_and_choices"]
+        if item.get("kind") == "choice" and item.get("art_policy_step") is not None
+    ]
 
 
 def prepare(groups: list[list[dict[str, Any]]], config: GRPOConfig, context_length: int, step: int = 0) -> Prepared:
@@ -150,13 +156,21 @@ def nothing_trained_reason(p: Prepared) -> str:
 def _chunks(items: list[Any], n: int) -> list[list[Any]]:
     n = max(1, min(n, len(items)))
     size = math.ceil(len(items) / n)
-    return [items[i:i + size] for i in range(0, len(items), size)]
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def train_step(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer | None, prepared: Prepared, config: GRPOConfig,
-               pad_id: int, progress: Callable[[dict[str, Any]], None] | None = None,
-               guard: StepGuard | None = None, sync: LocalSync | DistributedSync | None = None,
-               ref_slot: str | None = None) -> dict[str, Any]:
+def train_step(
+    host: LoraHost,
+    slot: str,
+    optimizer: torch.optim.Optimizer | None,
+    prepared: Prepared,
+    config: GRPOConfig,
+    pad_id: int,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+    guard: StepGuard | None = None,
+    sync: LocalSync | DistributedSync | None = None,
+    ref_slot: str | None = None,
+) -> dict[str, Any]:
     """Runs the gradient steps; returns summed metrics (the caller adds rewards and timings). `guard`
     stops a cancelled step between micro-batches and refuses non-finite updates (see guard.py); `sync`
     splits the work across trainer ranks (parallel.py; one process by default); `ref_slot` holds the
@@ -174,13 +188,20 @@ def train_step(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer | Non
     # This rank's share of each gradient step, with rows of the same prompt side by side: a micro-batch
     # then shares its prompt (run once, see logprobs.py) and holds rows of similar length (little
     # padding). The sum is order-free.
-    shares = [sorted(sync.shard(chunk, lambda it: len(it.sequence.input_ids)), key=lambda it: it.sequence.input_ids)
-              for chunk in chunks]
-    plan = [[share[i:i + config.micro_batch_size] for i in range(0, len(share), config.micro_batch_size)] for share in shares]
+    shares = [
+        sorted(sync.shard(chunk, lambda it: len(it.sequence.input_ids)), key=lambda it: it.sequence.input_ids) for chunk in chunks
+    ]
+    plan = [[share[i : i + config.micro_batch_size] for i in range(0, len(share), config.micro_batch_size)] for share in shares]
     real = [len(micros) for micros in plan]  # the rest, if any, are passes that train nothing, for lockstep ranks
     if sync.lockstep:
-        plan = [padded(micros, sync.most_micro_batches(chunk, lambda it: len(it.sequence.input_ids), config.micro_batch_size),
-                       TrainItem(chunk[0].sequence, 0.0, 0.0)) for micros, chunk in zip(plan, chunks)]
+        plan = [
+            padded(
+                micros,
+                sync.most_micro_batches(chunk, lambda it: len(it.sequence.input_ids), config.micro_batch_size),
+                TrainItem(chunk[0].sequence, 0.0, 0.0),
+            )
+            for micros, chunk in zip(plan, chunks)
+        ]
     # A cancelled step stops between micro-batches; with a sharded base, only where the ranks meet
     # (a rank leaving mid-pass would leave the others waiting for its shard of the weights).
     check = guard.check if not sync.lockstep else (lambda: None)
@@ -197,17 +218,31 @@ def train_step(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer | Non
             if i < real[k]:
                 accumulate(stats, micro_stats)
         guard.check()
-        grad_norm, stats = sync.step(guard, optimizer, params, config.max_grad_norm, stats,
-                                     f"gradient step {k + 1} of {len(plan)}", host.lock, final=k == len(plan) - 1)
+        grad_norm, stats = sync.step(
+            guard,
+            optimizer,
+            params,
+            config.max_grad_norm,
+            stats,
+            f"gradient step {k + 1} of {len(plan)}",
+            host.lock,
+            final=k == len(plan) - 1,
+        )
         if k == 0:
             start_stats = stats
         # The weights were renormalised per gradient step, so these sums are its weighted means.
         line = {
-            "type": "progress", "gradient_step": k + 1, "gradient_steps": len(plan),
-            "loss": stats["loss"], "grad_norm": grad_norm,
-            "clip_fraction": stats["clipped"], "approx_kl": stats["approx_kl"],
-            "kl_ref": stats["kl_ref"], "entropy": stats["entropy"] / max(1, stats["tokens"]),
-            "lr": config.learning_rate, "tokens": int(stats["tokens"]),
+            "type": "progress",
+            "gradient_step": k + 1,
+            "gradient_steps": len(plan),
+            "loss": stats["loss"],
+            "grad_norm": grad_norm,
+            "clip_fraction": stats["clipped"],
+            "approx_kl": stats["approx_kl"],
+            "kl_ref": stats["kl_ref"],
+            "entropy": stats["entropy"] / max(1, stats["tokens"]),
+            "lr": config.learning_rate,
+            "tokens": int(stats["tokens"]),
         }
         accumulate(totals, {k2: v for k2, v in line.items() if k2 in ("loss", "clip_fraction", "approx_kl", "kl_ref", "tokens")})
         accumulate(totals, {"grad_norm": grad_norm, "entropy": stats["entropy"]})
@@ -216,20 +251,27 @@ def train_step(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer | Non
     n = len(plan)
     start_tokens = max(1, start_stats["tokens"])
     return {
-        "loss": totals["loss"] / n, "grad_norm": totals["grad_norm"] / n, "clip_fraction": totals["clip_fraction"] / n,
-        "approx_kl": totals["approx_kl"] / n, "kl_ref": totals["kl_ref"] / n,
-        "entropy": totals["entropy"] / max(1, totals["tokens"]), "tokens_trained": int(totals["tokens"]),
-        "gradient_steps": n, "forward_backward_s": time.perf_counter() - started,
+        "loss": totals["loss"] / n,
+        "grad_norm": totals["grad_norm"] / n,
+        "clip_fraction": totals["clip_fraction"] / n,
+        "approx_kl": totals["approx_kl"] / n,
+        "kl_ref": totals["kl_ref"] / n,
+        "entropy": totals["entropy"] / max(1, totals["tokens"]),
+        "tokens_trained": int(totals["tokens"]),
+        "gradient_steps": n,
+        "forward_backward_s": time.perf_counter() - started,
         # How exactly the trainer sees what the sampler sampled, before the step's first update.
         "sampler_logprob_diff_mean": start_stats["sampler_diff"] / start_tokens,
         "sampler_logprob_diff_max": start_stats["sampler_diff_max"],
-        "importance_ratio_mean": start_stats["ratio"] / start_tokens, "importance_ratio_max": start_stats["ratio_max"],
+        "importance_ratio_mean": start_stats["ratio"] / start_tokens,
+        "importance_ratio_max": start_stats["ratio_max"],
         "sampler_weight_mean": start_stats["sampler_weight"] / start_tokens,
     }
 
 
-def _trainer_old_logprobs(host: LoraHost, slot: str, plan: list[list[list[TrainItem]]], config: GRPOConfig,
-                          pad_id: int, check: Callable[[], None]) -> dict[tuple[int, int], torch.Tensor]:
+def _trainer_old_logprobs(
+    host: LoraHost, slot: str, plan: list[list[list[TrainItem]]], config: GRPOConfig, pad_id: int, check: Callable[[], None]
+) -> dict[tuple[int, int], torch.Tensor]:
     """With the sampler correction on, the trainer's own logprobs of every micro-batch before the
     step's first update, for the gradient steps after the first (the first computes them in its own
     forward pass: nothing has changed yet). Keyed by (gradient step, micro-batch)."""
@@ -246,12 +288,20 @@ def _trainer_old_logprobs(host: LoraHost, slot: str, plan: list[list[list[TrainI
     return out
 
 
-def _micro_step(host: LoraHost, slot: str, batch: Batch, micro: list[TrainItem], config: GRPOConfig,
-                weight_scale: float, trainer_old: torch.Tensor | None, ref_slot: str | None) -> Counter:
+def _micro_step(
+    host: LoraHost,
+    slot: str,
+    batch: Batch,
+    micro: list[TrainItem],
+    config: GRPOConfig,
+    weight_scale: float,
+    trainer_old: torch.Tensor | None,
+    ref_slot: str | None,
+) -> Counter:
     model = host.model
     ref = None
     if config.kl_coef:  # the reference first, then the policy's pass with `slot` active again
-        with torch.no_grad(), (host.using(ref_slot) if ref_slot else host.base_only()):
+        with torch.no_grad(), host.using(ref_slot) if ref_slot else host.base_only():
             ref, _ = token_logprobs(model, batch, config.temperature)
         host.activate(slot)
     # Per-token tensors in the same flat order as token_logprobs returns them.
@@ -265,14 +315,36 @@ def _micro_step(host: LoraHost, slot: str, batch: Batch, micro: list[TrainItem],
     if config.sampler_correction == "tis":
         old = new.detach() if trainer_old is None else trainer_old
         sampler_weights = truncated_is_weights(old, sampler, config.sampler_correction_cap)
-    terms = grpo_token_loss(new, old, advantages, weights, seq_index, variant=config.loss, eps_low=config.eps_low,
-                            eps_high=config.eps_high, importance_sampling=config.importance_sampling, ref_lp=ref,
-                            kl_coef=config.kl_coef, sampler_lp=sampler, sampler_weights=sampler_weights)
+    terms = grpo_token_loss(
+        new,
+        old,
+        advantages,
+        weights,
+        seq_index,
+        variant=config.loss,
+        eps_low=config.eps_low,
+        eps_high=config.eps_high,
+        importance_sampling=config.importance_sampling,
+        ref_lp=ref,
+        kl_coef=config.kl_coef,
+        sampler_lp=sampler,
+        sampler_weights=sampler_weights,
+    )
     terms.loss.backward()
     diff = (new.detach() - sampler).abs()
     any_tokens = diff.numel() > 0
-    return Counter({"loss": float(terms.loss.detach()), "clipped": float(terms.clipped), "approx_kl": float(terms.approx_kl_policy),
-                    "kl_ref": float(terms.kl_ref), "entropy": float(entropy.sum()), "tokens": int(new.numel()),
-                    "sampler_diff": float(diff.sum()), "sampler_diff_max": float(diff.max()) if any_tokens else 0.0,
-                    "ratio": float(terms.ratio.sum()), "ratio_max": float(terms.ratio.max()) if any_tokens else 0.0,
-                    "sampler_weight": float(sampler_weights.sum()) if sampler_weights is not None else float(new.numel())})
+    return Counter(
+        {
+            "loss": float(terms.loss.detach()),
+            "clipped": float(terms.clipped),
+            "approx_kl": float(terms.approx_kl_policy),
+            "kl_ref": float(terms.kl_ref),
+            "entropy": float(entropy.sum()),
+            "tokens": int(new.numel()),
+            "sampler_diff": float(diff.sum()),
+            "sampler_diff_max": float(diff.max()) if any_tokens else 0.0,
+            "ratio": float(terms.ratio.sum()),
+            "ratio_max": float(terms.ratio.max()) if any_tokens else 0.0,
+            "sampler_weight": float(sampler_weights.sum()) if sampler_weights is not None else float(new.numel()),
+        }
+    )

@@ -62,21 +62,26 @@ class StepGuard:
 
     def check(self) -> None:
         if self.cancel.is_set():
-            raise StepCancelled("the step was cancelled (the client disconnected, or the server is stopping); "
-                                "the model is as it was before it")
+            raise StepCancelled(
+                "the step was cancelled (the client disconnected, or the server is stopping); the model is as it was before it"
+            )
 
-    def apply(self, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter], max_grad_norm: float,
-              loss: float, where: str) -> float:
+    def apply(
+        self, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter], max_grad_norm: float, loss: float, where: str
+    ) -> float:
         """Clips, checks and takes one optimizer step; returns the gradient norm."""
         self.optimizer_steps += 1
         fail_once(f"gradient_step:{self.optimizer_steps}")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
         if not math.isfinite(loss) or not math.isfinite(grad_norm):
-            raise NonFiniteStep(f"{where}: the loss is {loss} and the gradient norm {grad_norm}; the step was rolled back. "
-                                "Check the rewards and sampled logprobs sent, or lower the learning rate")
+            raise NonFiniteStep(
+                f"{where}: the loss is {loss} and the gradient norm {grad_norm}; the step was rolled back. "
+                "Check the rewards and sampled logprobs sent, or lower the learning rate"
+            )
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if not all(bool(torch.isfinite(p).all()) for p in params):
-            raise NonFiniteStep(f"{where}: the update made adapter weights non-finite; the step was rolled back. "
-                                "Lower the learning rate")
+            raise NonFiniteStep(
+                f"{where}: the update made adapter weights non-finite; the step was rolled back. Lower the learning rate"
+            )
         return grad_norm

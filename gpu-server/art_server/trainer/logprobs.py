@@ -68,8 +68,7 @@ def prompt_split(seqs: list[Sequence]) -> list[int]:
         common += 1
     total = sum(len(s.input_ids) for s in seqs)
     distinct = {tuple(s.input_ids[:cut]) for s, cut in zip(seqs, cuts)}
-    plans = [([0] * len(seqs), total),
-             ([common] * len(seqs), total - common * (len(seqs) - 1))]
+    plans = [([0] * len(seqs), total), ([common] * len(seqs), total - common * (len(seqs) - 1))]
     if min(cuts) >= MIN_SHARED_PREFIX:
         plans.append((cuts, total - sum(cuts) + sum(len(p) for p in distinct)))
     best, cost = min(plans, key=lambda plan: plan[1])
@@ -86,8 +85,8 @@ def pad_batch(seqs: list[Sequence], pad_id: int, device: torch.device) -> Batch:
     prompt_mask = torch.zeros((len(keys), width), dtype=torch.long)
     for k, key in enumerate(keys):  # left padding: every prompt ends where its suffixes start
         if key:
-            prompt_ids[k, width - len(key):] = torch.tensor(key)
-            prompt_mask[k, width - len(key):] = 1
+            prompt_ids[k, width - len(key) :] = torch.tensor(key)
+            prompt_mask[k, width - len(key) :] = 1
     width = max(len(s.input_ids) - cut for s, cut in zip(seqs, cuts))
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
@@ -101,8 +100,16 @@ def pad_batch(seqs: list[Sequence], pad_id: int, device: torch.device) -> Batch:
         old[row, :n] = torch.tensor(s.old_logprobs[cut:], dtype=torch.float32)
     predicting = torch.zeros_like(trained)
     predicting[:, :-1] = trained[:, 1:]
-    return Batch(prompt_ids.to(device), prompt_mask.to(device), torch.tensor(row_prompt, device=device),
-                 torch.tensor(cuts, device=device), ids.to(device), mask.to(device), predicting.to(device), old.to(device))
+    return Batch(
+        prompt_ids.to(device),
+        prompt_mask.to(device),
+        torch.tensor(row_prompt, device=device),
+        torch.tensor(cuts, device=device),
+        ids.to(device),
+        mask.to(device),
+        predicting.to(device),
+        old.to(device),
+    )
 
 
 def _decoder_and_head(model: Any) -> tuple[Any, Any]:
@@ -120,8 +127,13 @@ def hidden_states(model: Any, batch: Batch) -> torch.Tensor:
     from transformers import DynamicCache
 
     positions = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)
-    prompts = decoder(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask, position_ids=positions,
-                      use_cache=True, **cache_kwargs(decoder, DynamicCache()))
+    prompts = decoder(
+        input_ids=batch.prompt_ids,
+        attention_mask=batch.prompt_mask,
+        position_ids=positions,
+        use_cache=True,
+        **cache_kwargs(decoder, DynamicCache()),
+    )
     cache = output_cache(prompts)
     for layer in cache.layers:  # each row sees its prompt's keys and values (gradients flow back)
         layer.keys = layer.keys.index_select(0, batch.row_prompt)
@@ -129,13 +141,15 @@ def hidden_states(model: Any, batch: Batch) -> torch.Tensor:
     width = batch.input_ids.shape[1]
     positions = batch.prompt_lengths[:, None] + torch.arange(width, device=batch.input_ids.device)[None]
     mask = torch.cat([batch.prompt_mask.index_select(0, batch.row_prompt), batch.attention_mask], dim=1)
-    out = decoder(input_ids=batch.input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                  **cache_kwargs(decoder, cache))
+    out = decoder(
+        input_ids=batch.input_ids, attention_mask=mask, position_ids=positions, use_cache=True, **cache_kwargs(decoder, cache)
+    )
     return out.last_hidden_state
 
 
-def _chunk_logprobs(head: Any, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
-                    with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _chunk_logprobs(
+    head: Any, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     logits = head(hidden).float()
     if temperature != 1.0:
         logits = logits / temperature
@@ -148,8 +162,9 @@ def _chunk_logprobs(head: Any, hidden: torch.Tensor, targets: torch.Tensor, temp
     return picked, entropy
 
 
-def token_logprobs(model: Any, batch: Batch, temperature: float = 1.0,
-                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def token_logprobs(
+    model: Any, batch: Batch, temperature: float = 1.0, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Logprobs (flat, row-major over the trained positions) of each trained token under the model;
     token t is predicted at position t-1. With `with_entropy`, also the entropy at each position."""
     _, head = _decoder_and_head(model)
@@ -159,7 +174,7 @@ def token_logprobs(model: Any, batch: Batch, temperature: float = 1.0,
     targets = batch.input_ids[rows, cols + 1]
     picked, entropies = [], []
     for start in range(0, len(targets), LM_HEAD_CHUNK):
-        h, t = gathered[start:start + LM_HEAD_CHUNK], targets[start:start + LM_HEAD_CHUNK]
+        h, t = gathered[start : start + LM_HEAD_CHUNK], targets[start : start + LM_HEAD_CHUNK]
         if len(targets) > LM_HEAD_CHUNK and torch.is_grad_enabled():  # recompute in backward: bounded memory
             lp, ent = checkpoint(_chunk_logprobs, head, h, t, temperature, with_entropy, use_reentrant=False)
         else:

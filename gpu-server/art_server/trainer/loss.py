@@ -60,11 +60,22 @@ def truncated_is_weights(trainer_old: torch.Tensor, sampler: torch.Tensor, cap: 
     return torch.exp(trainer_old - sampler).clamp(max=cap)
 
 
-def grpo_token_loss(new_lp: torch.Tensor, old_lp: torch.Tensor, advantages: torch.Tensor, weights: torch.Tensor,
-                    seq_index: torch.Tensor, *, variant: str = "ppo", eps_low: float = 0.2, eps_high: float = 0.28,
-                    importance_sampling: str = "token", ref_lp: torch.Tensor | None = None,
-                    kl_coef: float = 0.0, sampler_lp: torch.Tensor | None = None,
-                    sampler_weights: torch.Tensor | None = None) -> LossTerms:
+def grpo_token_loss(
+    new_lp: torch.Tensor,
+    old_lp: torch.Tensor,
+    advantages: torch.Tensor,
+    weights: torch.Tensor,
+    seq_index: torch.Tensor,
+    *,
+    variant: str = "ppo",
+    eps_low: float = 0.2,
+    eps_high: float = 0.28,
+    importance_sampling: str = "token",
+    ref_lp: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+    sampler_lp: torch.Tensor | None = None,
+    sampler_weights: torch.Tensor | None = None,
+) -> LossTerms:
     """All tensors are flat over the trained tokens of a micro-batch: `advantages` holds each
     token's trajectory advantage, `weights` its weight, `seq_index` which sequence it belongs to.
     `old_lp` are the logprobs the ratio is taken against; `sampler_lp` (when they differ from
@@ -74,7 +85,8 @@ def grpo_token_loss(new_lp: torch.Tensor, old_lp: torch.Tensor, advantages: torc
         n_seq = int(seq_index.max().item()) + 1 if seq_index.numel() else 0
         sums = torch.zeros(n_seq, dtype=log_ratio.dtype, device=log_ratio.device).index_add(0, seq_index, log_ratio)
         counts = torch.zeros(n_seq, dtype=log_ratio.dtype, device=log_ratio.device).index_add(
-            0, seq_index, torch.ones_like(log_ratio))
+            0, seq_index, torch.ones_like(log_ratio)
+        )
         log_ratio = (sums / counts.clamp(min=1))[seq_index]
     ratio = torch.exp(log_ratio)
     clipped_ratio = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)

@@ -101,8 +101,17 @@ class LocalSync:
     def most_micro_batches(self, items: Sequence[T], tokens: Callable[[T], int], size: int) -> int:
         return math.ceil(len(items) / size)
 
-    def step(self, guard: StepGuard, optimizer: Any, params: list[torch.nn.Parameter], max_grad_norm: float,
-             stats: Counter, where: str, lock: Any, final: bool) -> tuple[float, Counter]:
+    def step(
+        self,
+        guard: StepGuard,
+        optimizer: Any,
+        params: list[torch.nn.Parameter],
+        max_grad_norm: float,
+        stats: Counter,
+        where: str,
+        lock: Any,
+        final: bool,
+    ) -> tuple[float, Counter]:
         with lock:
             return guard.apply(optimizer, params, max_grad_norm, stats["loss"], where), stats
 
@@ -116,7 +125,7 @@ def unflatten_into(params: list[torch.nn.Parameter], flat: torch.Tensor, into_gr
     offset = 0
     with torch.no_grad():
         for p in params:
-            part = flat[offset:offset + p.numel()].view_as(p).to(p.dtype)
+            part = flat[offset : offset + p.numel()].view_as(p).to(p.dtype)
             if into_grad:
                 p.grad = part.clone()
             else:
@@ -166,8 +175,17 @@ class DistributedSync:
             raise RankFailed("; ".join(f"rank {r}: {e}" for r, e in decision[0]["failed"]))
         return gathered
 
-    def step(self, guard: StepGuard, optimizer: Any, params: list[torch.nn.Parameter], max_grad_norm: float,
-             stats: Counter, where: str, lock: Any, final: bool) -> tuple[float, Counter]:
+    def step(
+        self,
+        guard: StepGuard,
+        optimizer: Any,
+        params: list[torch.nn.Parameter],
+        max_grad_norm: float,
+        stats: Counter,
+        where: str,
+        lock: Any,
+        final: bool,
+    ) -> tuple[float, Counter]:
         """One optimizer step of all ranks; returns the gradient norm and the metrics summed over
         ranks (rank 0; the others get their own). `lock` guards the weights (shared with serving) only
         while they change, not while ranks wait for each other. `final`: no meeting follows."""

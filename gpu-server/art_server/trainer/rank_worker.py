@@ -51,7 +51,8 @@ class Holder:
         if self.source == (path, dtype, shard):
             return
         started = datetime.datetime.now()
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), local_files_only=True).to(self.device)  # pyright: ignore[reportArgumentType]  (transformers' stubs type .to() oddly)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), local_files_only=True)
+        self.model = model.to(self.device)  # pyright: ignore[reportArgumentType]  (transformers' stubs type .to() oddly)
         self.model.eval()
         if shard:
             shard_base(self.model)
@@ -74,8 +75,12 @@ def join(store: Any, rank: int, device: str) -> dict[str, Any]:
     generation = store.get("generation").decode()
     prefix = f"g{generation}/"
     version = "0.0.0-mismatch" if take_once("rank_version_mismatch") else __version__
-    store.set(f"{prefix}joined/{rank}", json.dumps({"version": version, "torch": torch.__version__, "pid": os.getpid(),
-                                                     "host": socket.gethostname(), "device": device}))
+    store.set(
+        f"{prefix}joined/{rank}",
+        json.dumps(
+            {"version": version, "torch": torch.__version__, "pid": os.getpid(), "host": socket.gethostname(), "device": device}
+        ),
+    )
     store.wait([f"{prefix}verdict"], IDLE_WAIT)
     return {"prefix": prefix, **json.loads(store.get(f"{prefix}verdict"))}
 
@@ -95,7 +100,9 @@ def next_word(store: Any, key: str, prefix: str) -> str | None:
             log.info("rank 0 is gone; exiting")
             return None
         if f"g{generation}/" != prefix:
-            log.warning("rank 0 restarted the trainer ranks (generation %s); exiting: start this rank again to rejoin", generation)
+            log.warning(
+                "rank 0 restarted the trainer ranks (generation %s); exiting: start this rank again to rejoin", generation
+            )
             return None
 
 
@@ -126,18 +133,26 @@ def main(argv: list[str] | None = None) -> None:
     import torch.distributed as dist
 
     p = argparse.ArgumentParser(prog="art-server rank", description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--device", default="auto", help="this rank's device: cpu, cuda:<i>, or auto (cuda:$LOCAL_RANK with "
-                                                    "CUDA, as torchrun numbers a node's processes, else cpu)")
+    p.add_argument(
+        "--device",
+        default="auto",
+        help="this rank's device: cpu, cuda:<i>, or auto (cuda:$LOCAL_RANK with "
+        "CUDA, as torchrun numbers a node's processes, else cpu)",
+    )
     p.add_argument("--threads", type=int, default=0, help="CPU threads for this rank (0: torch's default)")
     p.add_argument("--cores", default="", help="pin this rank to CPU cores, e.g. 2-3 (threads: one per core)")
     p.add_argument("--model", default=None, help="the base model's folder on this machine (default: rank 0's path)")
     a = p.parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level="INFO", format=f"%(asctime)s %(levelname)s rank {os.environ.get('RANK', '?')}: %(message)s")
+    logging.basicConfig(
+        stream=sys.stderr, level="INFO", format=f"%(asctime)s %(levelname)s rank {os.environ.get('RANK', '?')}: %(message)s"
+    )
     end_with_server()
     missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if not os.environ.get(v)]
     if missing:
-        sys.exit(f"art-server rank: set {', '.join(missing)} (torchrun's variables: this rank, the number of ranks, "
-                 "and rank 0's --train-master-addr and port)")
+        sys.exit(
+            f"art-server rank: set {', '.join(missing)} (torchrun's variables: this rank, the number of ranks, "
+            "and rank 0's --train-master-addr and port)"
+        )
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if a.cores:
         first, _, last = a.cores.partition("-")
@@ -152,15 +167,23 @@ def main(argv: list[str] | None = None) -> None:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     try:
-        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), None, False,
-                              timeout=datetime.timedelta(seconds=60))
+        store = dist.TCPStore(
+            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), None, False, timeout=datetime.timedelta(seconds=60)
+        )
     except Exception as error:
-        sys.exit(f"art-server rank {rank}: cannot reach rank 0 at {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']} ({error})")
+        sys.exit(
+            f"art-server rank {rank}: cannot reach rank 0 at {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']} ({error})"
+        )
     verdict = join(store, rank, a.device)
     if not verdict["ok"]:
         sys.exit(f"art-server rank {rank}: rank 0 refused this rank: {verdict['reason']}")
-    dist.init_process_group(verdict["backend"], store=dist.PrefixStore(verdict["prefix"] + "pg/", store), rank=rank,
-                            world_size=world, timeout=datetime.timedelta(seconds=verdict["rank_timeout_s"]))
+    dist.init_process_group(
+        verdict["backend"],
+        store=dist.PrefixStore(verdict["prefix"] + "pg/", store),
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=verdict["rank_timeout_s"]),
+    )
     log.info("joined as rank %d of %d (%s, %s, %d threads)", rank, world, verdict["backend"], a.device, torch.get_num_threads())
     holder = Holder(device)
     host = LoraHost(holder)

@@ -73,8 +73,10 @@ class RankPlan:
 
     def worker_command(self, rank: int) -> str:
         """The command that starts `rank` on another machine (printed while rank 0 waits for it)."""
-        return (f"RANK={rank} WORLD_SIZE={self.world} MASTER_ADDR={self.master_addr} MASTER_PORT={self.master_port} "
-                f"python -m art_server.trainer.rank_worker")
+        return (
+            f"RANK={rank} WORLD_SIZE={self.world} MASTER_ADDR={self.master_addr} MASTER_PORT={self.master_port} "
+            f"python -m art_server.trainer.rank_worker"
+        )
 
 
 def plan_devices(spec: str, local: int, device: str) -> list[Device]:
@@ -82,8 +84,10 @@ def plan_devices(spec: str, local: int, device: str) -> list[Device]:
     if spec:
         devices = parse_devices(spec, "--train-devices")
         if len(devices) != local:
-            raise RankSetupError(f"--train-devices names {len(devices)} device(s) for {local} rank(s) on this machine; "
-                                 "name one per rank (e.g. --train-devices cuda:0,cuda:1 or cpu:0,cpu:1)")
+            raise RankSetupError(
+                f"--train-devices names {len(devices)} device(s) for {local} rank(s) on this machine; "
+                "name one per rank (e.g. --train-devices cuda:0,cuda:1 or cpu:0,cpu:1)"
+            )
     else:
         cuda = device in ("auto", "cuda") and torch.cuda.is_available()
         devices = [Device(f"cuda:{i}", "cuda", index=i) if cuda else Device("cpu", "cpu") for i in range(local)]
@@ -96,12 +100,14 @@ def plan_devices(spec: str, local: int, device: str) -> list[Device]:
         raise RankSetupError(f"--train-devices {spec}: pin every CPU rank to its cores (cpu:<cores>), or none (cpu)")
     if pinned:
         for i, d in enumerate(devices):
-            for e in devices[i + 1:]:
+            for e in devices[i + 1 :]:
                 if set(d.cores or ()) & set(e.cores or ()):
                     raise RankSetupError(f"--train-devices {spec}: ranks on {d.text} and {e.text} share cores; give each its own")
     elif local > len(usable_cores()):
-        raise RankSetupError(f"--train-ranks: {local} CPU ranks on this machine, which has {len(usable_cores())} cores; "
-                             f"start at most {len(usable_cores())} here (each needs a core of its own)")
+        raise RankSetupError(
+            f"--train-ranks: {local} CPU ranks on this machine, which has {len(usable_cores())} cores; "
+            f"start at most {len(usable_cores())} here (each needs a core of its own)"
+        )
     return devices
 
 
@@ -119,17 +125,27 @@ def rank_plan(config: Any) -> RankPlan | None:
     if not 1 <= local <= world:
         raise RankSetupError(f"--train-local-ranks {local}: give 1 (this server alone) to --train-ranks ({world})")
     if local < world and not config.train_master_port:
-        raise RankSetupError(f"ranks {local}..{world - 1} join from other machines, so they need a fixed rendezvous port: "
-                             "set --train-master-port (and --train-master-addr to an address they reach)")
+        raise RankSetupError(
+            f"ranks {local}..{world - 1} join from other machines, so they need a fixed rendezvous port: "
+            "set --train-master-port (and --train-master-addr to an address they reach)"
+        )
     if config.train_rendezvous_timeout_s <= 0 or config.train_rank_timeout_s <= 0:
         raise RankSetupError("--train-rendezvous-timeout and --train-rank-timeout must be positive seconds")
     try:
         devices = plan_devices(config.train_devices, local, config.device)
     except DeviceError as error:
         raise RankSetupError(str(error)) from None
-    return RankPlan(world, local, devices, config.train_master_addr, config.train_master_port,
-                    config.train_rendezvous_timeout_s, config.train_rank_timeout_s, config.train_threads_per_rank,
-                    config.train_shard_base)
+    return RankPlan(
+        world,
+        local,
+        devices,
+        config.train_master_addr,
+        config.train_master_port,
+        config.train_rendezvous_timeout_s,
+        config.train_rank_timeout_s,
+        config.train_threads_per_rank,
+        config.train_shard_base,
+    )
 
 
 def pin_rank_zero(plan: RankPlan) -> None:
@@ -172,11 +188,14 @@ class RankPool:
         if self.store is None:
             port = plan.master_port or free_port(plan.master_addr)
             try:
-                self.store = dist.TCPStore(plan.master_addr, port, None, True, timeout=datetime.timedelta(seconds=30),
-                                           wait_for_workers=False)
+                self.store = dist.TCPStore(
+                    plan.master_addr, port, None, True, timeout=datetime.timedelta(seconds=30), wait_for_workers=False
+                )
             except Exception as error:
-                raise RankSetupError(f"cannot host the trainer ranks' rendezvous at {plan.master_addr}:{port} ({error}); "
-                                     "pick another --train-master-port") from None
+                raise RankSetupError(
+                    f"cannot host the trainer ranks' rendezvous at {plan.master_addr}:{port} ({error}); "
+                    "pick another --train-master-port"
+                ) from None
             plan.master_port = self.store.port
         self.generation += 1
         self.steps = 0
@@ -187,34 +206,69 @@ class RankPool:
         if plan.world == 1:
             return  # nothing to bring together: one process, pinned (pin_rank_zero)
         if plan.world > plan.local:
-            log.info("waiting for trainer ranks %d..%d from other machines; on each, run: %s", plan.local, plan.world - 1,
-                     plan.worker_command(plan.local))
+            log.info(
+                "waiting for trainer ranks %d..%d from other machines; on each, run: %s",
+                plan.local,
+                plan.world - 1,
+                plan.worker_command(plan.local),
+            )
         joined = self._rendezvous(prefix)
         stale = {r: j for r, j in joined.items() if j.get("version") != __version__ or j.get("torch") != torch.__version__}
         if stale:
-            reason = "; ".join(f"rank {r} runs art-server {j.get('version')} with torch {j.get('torch')}" for r, j in stale.items())
+            reason = "; ".join(
+                f"rank {r} runs art-server {j.get('version')} with torch {j.get('torch')}" for r, j in stale.items()
+            )
             self.store.set(prefix + "verdict", json.dumps({"ok": False, "reason": reason}))
-            raise RankSetupError(f"trainer ranks of different versions: rank 0 runs art-server {__version__} with torch "
-                                 f"{torch.__version__}, {reason}; install the same version on every machine")
-        self.store.set(prefix + "verdict", json.dumps({"ok": True, "backend": plan.backend, "rank_timeout_s": plan.rank_timeout_s,
-                                                       "shard_base": plan.shard_base}))
+            raise RankSetupError(
+                f"trainer ranks of different versions: rank 0 runs art-server {__version__} with torch "
+                f"{torch.__version__}, {reason}; install the same version on every machine"
+            )
+        self.store.set(
+            prefix + "verdict",
+            json.dumps(
+                {"ok": True, "backend": plan.backend, "rank_timeout_s": plan.rank_timeout_s, "shard_base": plan.shard_base}
+            ),
+        )
         if plan.backend == "nccl":
             torch.cuda.set_device(self.device)
-        dist.init_process_group(plan.backend, store=dist.PrefixStore(prefix + "pg/", self.store), rank=0,
-                                world_size=plan.world, timeout=datetime.timedelta(seconds=plan.rank_timeout_s))
+        dist.init_process_group(
+            plan.backend,
+            store=dist.PrefixStore(prefix + "pg/", self.store),
+            rank=0,
+            world_size=plan.world,
+            timeout=datetime.timedelta(seconds=plan.rank_timeout_s),
+        )
         self.broken = None
-        log.info("trainer ranks ready: %d rank(s) (0: this process, %s), %s, generation %d", plan.world,
-                 ", ".join(f"{r}: pid {j['pid']} {j['device']}" for r, j in sorted(joined.items())), plan.backend, self.generation)
+        log.info(
+            "trainer ranks ready: %d rank(s) (0: this process, %s), %s, generation %d",
+            plan.world,
+            ", ".join(f"{r}: pid {j['pid']} {j['device']}" for r, j in sorted(joined.items())),
+            plan.backend,
+            self.generation,
+        )
 
     def _spawn(self, rank: int) -> subprocess.Popen:
         plan = self.plan
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(plan.world), "MASTER_ADDR": plan.master_addr,
-               "MASTER_PORT": str(plan.master_port), "ART_RANK_PARENT": str(os.getpid())}
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "WORLD_SIZE": str(plan.world),
+            "MASTER_ADDR": plan.master_addr,
+            "MASTER_PORT": str(plan.master_port),
+            "ART_RANK_PARENT": str(os.getpid()),
+        }
         if self.generation > 1:
             env.pop("ART_FAULT", None)  # an injected fault fires once, not again in the restarted worker
         device = plan.devices[rank]
-        argv = [sys.executable, "-m", "art_server.trainer.rank_worker", "--device", device.torch_device,
-                "--threads", str(plan.threads(rank))]
+        argv = [
+            sys.executable,
+            "-m",
+            "art_server.trainer.rank_worker",
+            "--device",
+            device.torch_device,
+            "--threads",
+            str(plan.threads(rank)),
+        ]
         if device.cores:
             argv += ["--cores", f"{device.cores[0]}-{device.cores[-1]}"]
         return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -232,16 +286,24 @@ class RankPool:
             dead = {r: p.returncode for r, p in self.workers.items() if r not in joined and p.poll() is not None}
             if dead:
                 self._stop_workers()
-                raise RankSetupError("trainer rank(s) exited before joining: " +
-                                     ", ".join(f"rank {r} with code {c}" for r, c in dead.items()) + " (see the log above)")
+                raise RankSetupError(
+                    "trainer rank(s) exited before joining: "
+                    + ", ".join(f"rank {r} with code {c}" for r, c in dead.items())
+                    + " (see the log above)"
+                )
             if time.monotonic() > deadline:
                 missing = [r for r in range(1, plan.world) if r not in joined]
                 self._stop_workers()
                 remote = [r for r in missing if r >= plan.local]
-                hint = (f"; start them on their machines with: {plan.worker_command(remote[0])} (RANK={', '.join(map(str, remote))})"
-                        if remote else "")
-                raise RankSetupError(f"trainer rank(s) {', '.join(map(str, missing))} of {plan.world} did not join within "
-                                     f"{plan.rendezvous_timeout_s:g} s (--train-rendezvous-timeout){hint}")
+                hint = (
+                    f"; start them on their machines with: {plan.worker_command(remote[0])} (RANK={', '.join(map(str, remote))})"
+                    if remote
+                    else ""
+                )
+                raise RankSetupError(
+                    f"trainer rank(s) {', '.join(map(str, missing))} of {plan.world} did not join within "
+                    f"{plan.rendezvous_timeout_s:g} s (--train-rendezvous-timeout){hint}"
+                )
             time.sleep(0.05)
 
     def _stop_workers(self) -> None:
@@ -292,11 +354,21 @@ class RankPool:
 
     def describe(self) -> dict[str, Any]:
         plan = self.plan
-        return {"world": plan.world, "local": plan.local, "backend": plan.backend, "devices": [d.text for d in plan.devices],
-                "threads": [plan.threads(r) for r in range(plan.local)], "generation": self.generation,
-                "restarts": self.generation - 1, "steps_this_generation": self.steps, "broken": self.broken, "fatal": self.fatal,
-                "workers": {r: {"pid": p.pid, "alive": p.poll() is None} for r, p in sorted(self.workers.items())},
-                "rendezvous": f"{plan.master_addr}:{plan.master_port}", "shard_base": plan.shard_base}
+        return {
+            "world": plan.world,
+            "local": plan.local,
+            "backend": plan.backend,
+            "devices": [d.text for d in plan.devices],
+            "threads": [plan.threads(r) for r in range(plan.local)],
+            "generation": self.generation,
+            "restarts": self.generation - 1,
+            "steps_this_generation": self.steps,
+            "broken": self.broken,
+            "fatal": self.fatal,
+            "workers": {r: {"pid": p.pid, "alive": p.poll() is None} for r, p in sorted(self.workers.items())},
+            "rendezvous": f"{plan.master_addr}:{plan.master_port}",
+            "shard_base": plan.shard_base,
+        }
 
     # -- a step --------------------------------------------------------------------------------
     def lost(self) -> str:
@@ -305,8 +377,10 @@ class RankPool:
         for rank, process in sorted(self.workers.items()):
             code = process.poll()
             if code is not None:
-                gone.append(f"rank {rank} (pid {process.pid}) " +
-                            (f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"))
+                gone.append(
+                    f"rank {rank} (pid {process.pid}) "
+                    + (f"was killed by signal {-code}" if code < 0 else f"exited with code {code}")
+                )
         return "; ".join(gone)
 
     def run(self, header: dict[str, Any], train: Callable[[DistributedSync], dict[str, Any]]) -> dict[str, Any]:
@@ -353,18 +427,26 @@ class RankPool:
     def _lost(self, error: BaseException, here: bool = False) -> RankFailed:
         """`here`: the failure was this rank's own (rank 0), in a pass the others could not leave."""
         time.sleep(0.2)  # let a killed worker's exit status arrive
-        what = self.lost() or (f"rank 0 failed inside a pass ({error})" if here else
-                               f"a rank stopped answering ({error}; --train-rank-timeout is {self.plan.rank_timeout_s:g} s)")
+        what = self.lost() or (
+            f"rank 0 failed inside a pass ({error})"
+            if here
+            else f"a rank stopped answering ({error}; --train-rank-timeout is {self.plan.rank_timeout_s:g} s)"
+        )
         self.broken = what
         if self.plan.shard_base:
             # This process's sharded model belongs to the lost process group: it cannot train again.
             self._stop_workers()
-            advice = ("the base model was sharded across the lost process group, so training needs a new one: restart "
-                      "the server (the same command) to train again; every model is at its last committed step and "
-                      "serving goes on")
+            advice = (
+                "the base model was sharded across the lost process group, so training needs a new one: restart "
+                "the server (the same command) to train again; every model is at its last committed step and "
+                "serving goes on"
+            )
             self.fatal = f"a trainer rank was lost earlier ({what}): {advice}"
             return RankFailed(f"the step lost a trainer rank: {what}. The step was rolled back; {advice}")
         remote = self.plan.world > self.plan.local
-        then = (f"; ranks on other machines must be started again: {self.plan.worker_command(self.plan.local)}"
-                if remote else "; the server restarts its trainer ranks before the next step")
+        then = (
+            f"; ranks on other machines must be started again: {self.plan.worker_command(self.plan.local)}"
+            if remote
+            else "; the server restarts its trainer ranks before the next step"
+        )
         return RankFailed(f"the step lost a trainer rank: {what}. The step was rolled back{then}")

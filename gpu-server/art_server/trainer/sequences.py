@@ -67,7 +67,7 @@ def build_sequences(turns: list[SampledTurn]) -> tuple[list[Sequence], int]:
     current: Sequence | None = None
     for turn in turns:
         if current is not None and turn.prompt_token_ids[: len(current.input_ids)] == current.input_ids:
-            current.extend(turn.prompt_token_ids[len(current.input_ids):], trained=False)
+            current.extend(turn.prompt_token_ids[len(current.input_ids) :], trained=False)
         else:
             if current is not None:
                 sequences.append(current)

@@ -101,12 +101,16 @@ class TrainingService:
         if step is None:
             return None
         if not config.kl_coef:
-            raise ValueError(f"kl_ref_step {step} names the KL penalty's reference, but kl_coef is 0: set kl_coef above 0 "
-                             "(or leave kl_ref_step out)")
+            raise ValueError(
+                f"kl_ref_step {step} names the KL penalty's reference, but kl_coef is 0: set kl_coef above 0 "
+                "(or leave kl_ref_step out)"
+            )
         steps = ckpt.complete_steps(model.paths)
         if step not in steps:
-            raise ValueError(f"kl_ref_step {step}: {model.name} has no checkpoint of step {step} (it has steps "
-                             f"{', '.join(map(str, steps[-10:]))}{' and earlier' if len(steps) > 10 else ''})")
+            raise ValueError(
+                f"kl_ref_step {step}: {model.name} has no checkpoint of step {step} (it has steps "
+                f"{', '.join(map(str, steps[-10:]))}{' and earlier' if len(steps) > 10 else ''})"
+            )
         slot = f"ref-{model.slot}"
         cached = self._references.get(slot)
         if cached is None or cached[0] != step:
@@ -117,17 +121,31 @@ class TrainingService:
             self._references[slot] = (step, weights)
         return slot, self._references[slot][1]
 
-    def _distributed(self, model: TrainableModel, kind: str, args: tuple[Any, ...], train: Any,
-                     ref: tuple[str, dict[str, torch.Tensor]] | None = None) -> Any:
+    def _distributed(
+        self,
+        model: TrainableModel,
+        kind: str,
+        args: tuple[Any, ...],
+        train: Any,
+        ref: tuple[str, dict[str, torch.Tensor]] | None = None,
+    ) -> Any:
         """`train(sync)` on every rank when there are several (the workers get `args`, and the KL
         reference's slot and weights), else here alone."""
         if self.pool is None:
             return train(None)
         host = self.lora
         dtype = str(host.model.get_input_embeddings().weight.dtype).removeprefix("torch.")
-        header = {"kind": kind, "slot": model.slot, "lora": host.config(model.slot), "weights": host.weights(model.slot),
-                  "base_path": str(self.manager.base_path), "dtype": dtype, "args": args, "shard_base": self.pool.plan.shard_base,
-                  "ref": ref}
+        header = {
+            "kind": kind,
+            "slot": model.slot,
+            "lora": host.config(model.slot),
+            "weights": host.weights(model.slot),
+            "base_path": str(self.manager.base_path),
+            "dtype": dtype,
+            "args": args,
+            "shard_base": self.pool.plan.shard_base,
+            "ref": ref,
+        }
         return self.pool.run(header, train)
 
     # -- set-up ------------------------------------------------------------------------------
@@ -173,23 +191,30 @@ class TrainingService:
             existing = self.models.get(name)
             if existing is not None:
                 if existing.base_model != base_model:
-                    raise RegistrationError(f"model {existing.project}/{name} is registered on this server with base model "
-                                            f"{existing.base_model!r}, not {base_model!r}; pick another name for a model on "
-                                            "another base model")
+                    raise RegistrationError(
+                        f"model {existing.project}/{name} is registered on this server with base model "
+                        f"{existing.base_model!r}, not {base_model!r}; pick another name for a model on "
+                        "another base model"
+                    )
                 if existing.project != project:
-                    raise RegistrationError(f"this server already serves a model named {name!r} in project {existing.project!r}; "
-                                            "model names must be unique per server")
+                    raise RegistrationError(
+                        f"this server already serves a model named {name!r} in project {existing.project!r}; "
+                        "model names must be unique per server"
+                    )
                 if lora is not None and vars(lora) != vars(existing.lora):
                     raise RegistrationError(f"model {project}/{name} is registered with LoRA config {vars(existing.lora)}")
                 return {**existing.info(), "resumed": True}
             if name in self.manager.adapters:
-                raise RegistrationError(f"{name!r} is the name of adapters loaded with /v1/load_lora_adapter "
-                                        f"({', '.join(f'{name}@{s}' for s in sorted(self.manager.adapters[name]))}); a trained "
-                                        "model needs a name of its own: pick another, or unload them first")
+                raise RegistrationError(
+                    f"{name!r} is the name of adapters loaded with /v1/load_lora_adapter "
+                    f"({', '.join(f'{name}@{s}' for s in sorted(self.manager.adapters[name]))}); a trained "
+                    "model needs a name of its own: pick another, or unload them first"
+                )
             engine = await self.manager.ensure_base(base_model)
             host = self.host(engine, self.manager.base_path)
-            model, resumed = await asyncio.to_thread(register, host, self.manager.config.data_dir, name, project, base_model,
-                                                     lora, f"{SLOT_PREFIX}{next(self._slots)}")
+            model, resumed = await asyncio.to_thread(
+                register, host, self.manager.config.data_dir, name, project, base_model, lora, f"{SLOT_PREFIX}{next(self._slots)}"
+            )
             self.models[name] = model
             await self.serve_step(model, model.step)
             log.info("%s %s/%s at step %d", "resumed" if resumed else "registered", project, name, model.step)
@@ -216,8 +241,7 @@ class TrainingService:
     def get(self, name: str) -> TrainableModel:
         model = self.models.get(name)
         if model is None:
-            raise KeyError(f"model {name!r} is not registered on this server; register it first "
-                           "(POST /v1/art/models/register)")
+            raise KeyError(f"model {name!r} is not registered on this server; register it first (POST /v1/art/models/register)")
         return model
 
     async def serve_step(self, model: TrainableModel, step: int) -> float:
@@ -255,11 +279,19 @@ class TrainingService:
                     for field_name in ("prompt_token_ids", "token_ids"):
                         ids = item.get(field_name) or []
                         if ids and max(ids) >= vocab:
-                            raise ValueError(f"group {g}, trajectory {t}, item {c}: {field_name} holds {max(ids)}, outside the "
-                                             f"vocabulary of this base model ({vocab} tokens)")
+                            raise ValueError(
+                                f"group {g}, trajectory {t}, item {c}: {field_name} holds {max(ids)}, outside the "
+                                f"vocabulary of this base model ({vocab} tokens)"
+                            )
 
-    async def train(self, name: str, groups: list[list[dict[str, Any]]], config: GRPOConfig,
-                    serve_previous: bool = False, pipeline: dict[str, int] | None = None) -> AsyncIterator[dict[str, Any]]:
+    async def train(
+        self,
+        name: str,
+        groups: list[list[dict[str, Any]]],
+        config: GRPOConfig,
+        serve_previous: bool = False,
+        pipeline: dict[str, int] | None = None,
+    ) -> AsyncIterator[dict[str, Any]]:
         """One GRPO step; `pipeline` holds a pipelined client's counts of stale groups (recorded as metrics)."""
         model = self.get(name)
         async with model.lock:
@@ -285,22 +317,36 @@ class TrainingService:
                 "groups_skipped": sum(prepared.skipped.values()),
                 "groups_skipped_by_reason": dict(prepared.skipped),
                 "trajectories_trained": prepared.trajectories_trained,
-                "sequences": len(prepared.items), "sequences_split": prepared.sequences_split,
-                **prepared.lag_metrics(), **{k: v for k, v in (pipeline or {}).items() if v},
+                "sequences": len(prepared.items),
+                "sequences_split": prepared.sequences_split,
+                **prepared.lag_metrics(),
+                **{k: v for k, v in (pipeline or {}).items() if v},
             }
             yield {"type": "start", "from_step": from_step, "step": new_step, **metrics}
             for message in warnings:
                 yield {"type": "warning", "message": message}
             row = {"step": from_step, "split": "train", "time": time.time(), "kind": "grpo"}
-            async for line in self._run_step(model, engine, serve_previous, timings, metrics,
-                                             lambda progress, guard: self._distributed(
-                                                 model, "grpo", (prepared, config, self.pad_id),
-                                                 lambda sync: train_step(self.lora, model.slot, model.optimizer, prepared,
-                                                                         config, self.pad_id, progress, guard, sync, ref_slot),
-                                                 ref),
-                                             trainable=bool(prepared.items),
-                                             reason=None if prepared.items else nothing_trained_reason(prepared),
-                                             details=prepared.skip_details, row=row, trajectories=groups):
+            async for line in self._run_step(
+                model,
+                engine,
+                serve_previous,
+                timings,
+                metrics,
+                lambda progress, guard: self._distributed(
+                    model,
+                    "grpo",
+                    (prepared, config, self.pad_id),
+                    lambda sync: train_step(
+                        self.lora, model.slot, model.optimizer, prepared, config, self.pad_id, progress, guard, sync, ref_slot
+                    ),
+                    ref,
+                ),
+                trainable=bool(prepared.items),
+                reason=None if prepared.items else nothing_trained_reason(prepared),
+                details=prepared.skip_details,
+                row=row,
+                trajectories=groups,
+            ):
                 yield line
             yield {"type": "result", "step": new_step, "metrics": row}
 
@@ -327,19 +373,42 @@ class TrainingService:
             metrics: dict[str, Any] = {"conversations": len(sequences), "tokens": sum(s.trained_tokens for s in sequences)}
             yield {"type": "start", "from_step": from_step, "step": new_step, **metrics}
             row = {"step": from_step, "split": "sft", "time": time.time(), "kind": "sft"}
-            async for line in self._run_step(model, engine, False, timings, metrics,
-                                             lambda progress, guard: self._distributed(
-                                                 model, "sft", (sequences, config, self.pad_id),
-                                                 lambda sync: train_sft(self.lora, model.slot, model.optimizer, sequences,
-                                                                        config, self.pad_id, progress, guard, sync)),
-                                             trainable=bool(sequences), reason="no conversations were sent", details=[], row=row):
+            async for line in self._run_step(
+                model,
+                engine,
+                False,
+                timings,
+                metrics,
+                lambda progress, guard: self._distributed(
+                    model,
+                    "sft",
+                    (sequences, config, self.pad_id),
+                    lambda sync: train_sft(
+                        self.lora, model.slot, model.optimizer, sequences, config, self.pad_id, progress, guard, sync
+                    ),
+                ),
+                trainable=bool(sequences),
+                reason="no conversations were sent",
+                details=[],
+                row=row,
+            ):
                 yield line
             yield {"type": "result", "step": new_step, "metrics": row}
 
-    async def _run_step(self, model: TrainableModel, engine: Engine, serve_previous: bool, timings: dict[str, float],
-                        metrics: dict[str, Any], work: Any, trainable: bool, reason: str | None,
-                        details: list[str], row: dict[str, Any],
-                        trajectories: list[list[dict[str, Any]]] | None = None) -> AsyncIterator[dict[str, Any]]:
+    async def _run_step(
+        self,
+        model: TrainableModel,
+        engine: Engine,
+        serve_previous: bool,
+        timings: dict[str, float],
+        metrics: dict[str, Any],
+        work: Any,
+        trainable: bool,
+        reason: str | None,
+        details: list[str],
+        row: dict[str, Any],
+        trajectories: list[list[dict[str, Any]]] | None = None,
+    ) -> AsyncIterator[dict[str, Any]]:
         """Starts the step's task and streams its lines; a request that ends early (its client left)
         asks the step to stop. Fills `metrics`, `timings` and the history `row`."""
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -347,8 +416,9 @@ class TrainingService:
         model.serve_previous = serve_previous
         if not serve_previous:
             model.gate.clear()
-        task = asyncio.create_task(self._step(model, engine, queue, cancel, timings, metrics, work, trainable, reason,
-                                              details, row, trajectories))
+        task = asyncio.create_task(
+            self._step(model, engine, queue, cancel, timings, metrics, work, trainable, reason, details, row, trajectories)
+        )
         model.worker = task
         self._steps[task] = cancel
         task.add_done_callback(self._step_done)
@@ -376,9 +446,21 @@ class TrainingService:
         if not task.cancelled():
             task.exception()  # read, so a step abandoned by its request logs no "exception never retrieved"
 
-    async def _step(self, model: TrainableModel, engine: Engine, queue: asyncio.Queue, cancel: threading.Event,
-                    timings: dict[str, float], metrics: dict[str, Any], work: Any, trainable: bool, reason: str | None,
-                    details: list[str], row: dict[str, Any], trajectories: list[list[dict[str, Any]]] | None) -> None:
+    async def _step(
+        self,
+        model: TrainableModel,
+        engine: Engine,
+        queue: asyncio.Queue,
+        cancel: threading.Event,
+        timings: dict[str, float],
+        metrics: dict[str, Any],
+        work: Any,
+        trainable: bool,
+        reason: str | None,
+        details: list[str],
+        row: dict[str, Any],
+        trajectories: list[list[dict[str, Any]]] | None,
+    ) -> None:
         """One step, a transaction (guard.py): train, then commit by renaming the checkpoint into place.
         Before that rename any failure or a `cancel` puts the adapter and its optimizer back as they
         were and leaves nothing on disk; after it, the step completes."""
@@ -396,7 +478,8 @@ class TrainingService:
                     slept = True
                     timings["sleep_s"] = time.perf_counter() - t
                 result = await loop.run_in_executor(
-                    None, work, lambda line: loop.call_soon_threadsafe(queue.put_nowait, line), guard)
+                    None, work, lambda line: loop.call_soon_threadsafe(queue.put_nowait, line), guard
+                )
                 metrics.update({k: v for k, v in result.items() if k != "forward_backward_s"})
                 timings["forward_backward_s"] = result["forward_backward_s"]
             else:
@@ -433,14 +516,24 @@ class TrainingService:
                 timings["reload_s"] = await self.serve_step(model, new_step)
             except Exception as error:  # still on disk: `name@step` loads it on demand
                 log.exception("step %d of %s is saved but could not be loaded for serving", new_step, model.name)
-                queue.put_nowait({"type": "warning", "message": f"step {new_step} is saved but could not be loaded for "
-                                                                f"serving ({type(error).__name__}: {error})"})
+                queue.put_nowait(
+                    {
+                        "type": "warning",
+                        "message": f"step {new_step} is saved but could not be loaded for "
+                        f"serving ({type(error).__name__}: {error})",
+                    }
+                )
             row.update(timings)
             try:
                 await asyncio.to_thread(self._record, model, new_step, row, trajectories is not None)
             except OSError as error:
-                queue.put_nowait({"type": "warning", "message": f"step {new_step}'s history row could not be appended "
-                                                                f"({error}); the next start restores it from the checkpoint"})
+                queue.put_nowait(
+                    {
+                        "type": "warning",
+                        "message": f"step {new_step}'s history row could not be appended "
+                        f"({error}); the next start restores it from the checkpoint",
+                    }
+                )
         finally:
             await self._reopen(model, engine, slept)
 
@@ -482,8 +575,15 @@ class TrainingService:
         for step in ckpt.complete_steps(model.paths):
             folder = model.paths.checkpoint(step)
             state = json.loads((folder / ckpt.STATE).read_text())
-            out.append({"step": step, "path": str(folder), "kind": state.get("kind"), "created": state.get("created"),
-                        "inference_name": adapter_key(name, step)})
+            out.append(
+                {
+                    "step": step,
+                    "path": str(folder),
+                    "kind": state.get("kind"),
+                    "created": state.get("created"),
+                    "inference_name": adapter_key(name, step),
+                }
+            )
         return out
 
     async def delete_checkpoints(self, name: str, keep_best_by: str = "val/reward") -> dict[str, Any]:
@@ -492,8 +592,11 @@ class TrainingService:
         async with model.lock:
             steps = ckpt.complete_steps(model.paths)
             split, _, metric = keep_best_by.partition("/")
-            scored = {r["step"]: r[metric] for r in read_history(model.paths)
-                      if r.get("split") == split and isinstance(r.get(metric), (int, float))}
+            scored = {
+                r["step"]: r[metric]
+                for r in read_history(model.paths)
+                if r.get("split") == split and isinstance(r.get(metric), (int, float))
+            }
             best = max((s for s in scored if s in steps), key=lambda s: scored[s], default=None)
             keep = {steps[-1]} | ({best} if best is not None else set())
             doomed = [s for s in steps if s not in keep]
@@ -501,8 +604,13 @@ class TrainingService:
                 if step in self.manager.adapters.get(name, {}):
                     await self.manager.remove_adapter(name, step)
             await asyncio.to_thread(ckpt.delete_steps, model.paths, doomed)
-            return {"deleted": doomed, "kept": sorted(keep), "best_step": best, "metric": keep_best_by,
-                    "note": None if best is not None else f"no history rows with {keep_best_by}; kept only the latest"}
+            return {
+                "deleted": doomed,
+                "kept": sorted(keep),
+                "best_step": best,
+                "metric": keep_best_by,
+                "note": None if best is not None else f"no history rows with {keep_best_by}; kept only the latest",
+            }
 
 
 def _plain(metrics: dict[str, Any]) -> dict[str, Any]:

@@ -34,8 +34,7 @@ class SFTConfig:
     seed: int = 0
 
 
-def sft_sequence(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                 train_on: str) -> Sequence:
+def sft_sequence(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, train_on: str) -> Sequence:
     """The conversation's tokens with assistant turns marked as trained. Each assistant turn's tokens
     are what the template adds for it after the generation prompt (its text and end-of-turn token)."""
     assistant = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
@@ -50,8 +49,8 @@ def sft_sequence(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dic
             raise ValueError(f"the chat template is not append-only at message {i}; cannot mark its tokens")
         if prefix[: len(seq.input_ids)] != seq.input_ids:
             raise ValueError(f"the chat template rewrites earlier turns at message {i}")
-        seq.extend(prefix[len(seq.input_ids):], trained=False)
-        seq.extend(full[len(prefix):], trained=i in targets)
+        seq.extend(prefix[len(seq.input_ids) :], trained=False)
+        seq.extend(full[len(prefix) :], trained=i in targets)
     return seq
 
 
@@ -65,9 +64,17 @@ def lr_at(step: int, total: int, config: SFTConfig) -> float:
     return config.learning_rate * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def train_sft(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer | None, sequences: list[Sequence],
-              config: SFTConfig, pad_id: int, progress: Callable[[dict[str, Any]], None] | None = None,
-              guard: StepGuard | None = None, sync: LocalSync | DistributedSync | None = None) -> dict[str, Any]:
+def train_sft(
+    host: LoraHost,
+    slot: str,
+    optimizer: torch.optim.Optimizer | None,
+    sequences: list[Sequence],
+    config: SFTConfig,
+    pad_id: int,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+    guard: StepGuard | None = None,
+    sync: LocalSync | DistributedSync | None = None,
+) -> dict[str, Any]:
     guard = guard or StepGuard()
     sync = sync or LocalSync()
     params = host.parameters(slot)
@@ -82,15 +89,18 @@ def train_sft(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer | None
         order = list(range(len(sequences)))
         rng.shuffle(order)
         for b in range(per_epoch):
-            batch_seqs = [sequences[i] for i in order[b * config.batch_size:(b + 1) * config.batch_size]]
+            batch_seqs = [sequences[i] for i in order[b * config.batch_size : (b + 1) * config.batch_size]]
             tokens = sum(s.trained_tokens for s in batch_seqs)  # the whole batch's, on every rank
             # This rank's share, sorted: micro-batches share prefixes and lengths (see grpo.train_step).
             mine = sorted(sync.shard(batch_seqs, lambda s: len(s.input_ids)), key=lambda s: s.input_ids)
-            micros = [mine[i:i + config.micro_batch_size] for i in range(0, len(mine), config.micro_batch_size)]
+            micros = [mine[i : i + config.micro_batch_size] for i in range(0, len(mine), config.micro_batch_size)]
             real = len(micros)  # the rest, if any, are passes that train nothing (weight 0), for lockstep ranks
             if sync.lockstep:
-                micros = padded(micros, sync.most_micro_batches(batch_seqs, lambda s: len(s.input_ids), config.micro_batch_size),
-                                batch_seqs[0])
+                micros = padded(
+                    micros,
+                    sync.most_micro_batches(batch_seqs, lambda s: len(s.input_ids), config.micro_batch_size),
+                    batch_seqs[0],
+                )
             lr = lr_at(step, total, config)
             for group in optimizer.param_groups if optimizer is not None else []:
                 group["lr"] = lr
@@ -107,15 +117,38 @@ def train_sft(host: LoraHost, slot: str, optimizer: torch.optim.Optimizer | None
                     loss.backward()
                 loss_sum += float(loss.detach())
             guard.check()
-            grad_norm, stats = sync.step(guard, optimizer, params, config.max_grad_norm, Counter({"loss": loss_sum}),
-                                         f"epoch {epoch + 1}, batch {b + 1}", host.lock, final=step == total - 1)
+            grad_norm, stats = sync.step(
+                guard,
+                optimizer,
+                params,
+                config.max_grad_norm,
+                Counter({"loss": loss_sum}),
+                f"epoch {epoch + 1}, batch {b + 1}",
+                host.lock,
+                final=step == total - 1,
+            )
             loss_sum = stats["loss"]
             step += 1
             tokens_total += tokens
             losses.append(loss_sum)
             if progress:
-                progress({"type": "progress", "gradient_step": step, "gradient_steps": total, "epoch": epoch + 1,
-                          "loss": loss_sum, "grad_norm": grad_norm, "lr": lr, "tokens": tokens})
-    return {"loss": losses[-1] if losses else 0.0, "loss_first": losses[0] if losses else 0.0,
-            "gradient_steps": total, "tokens_trained": tokens_total, "forward_backward_s": time.perf_counter() - started,
-            "sequences": len(sequences)}
+                progress(
+                    {
+                        "type": "progress",
+                        "gradient_step": step,
+                        "gradient_steps": total,
+                        "epoch": epoch + 1,
+                        "loss": loss_sum,
+                        "grad_norm": grad_norm,
+                        "lr": lr,
+                        "tokens": tokens,
+                    }
+                )
+    return {
+        "loss": losses[-1] if losses else 0.0,
+        "loss_first": losses[0] if losses else 0.0,
+        "gradient_steps": total,
+        "tokens_trained": tokens_total,
+        "forward_backward_s": time.perf_counter() - started,
+        "sequences": len(sequences),
+    }

@@ -46,4 +46,3 @@ def shard_elements(model: Any) -> dict[str, int]:
 
 def is_sharded(model: Any) -> bool:
     return any(hasattr(p, "to_local") for p in model.parameters())
-
