@@ -6,14 +6,18 @@
 //   node scripts/test.mjs                 every stage, every test (`npm test`)
 //   node scripts/test.mjs --fast          the fast tier (`npm run test:fast`): the checks, and the tests
 //                                         that start no server, browser or vLLM (*.fast.test.ts, pytest -m fast)
-//   node scripts/test.mjs pytest ts       only the named stages (typecheck, ts, pytest, notebooks)
+//   node scripts/test.mjs pytest ts       only the named stages (typecheck, ts, package, pytest, notebooks)
+//   node scripts/test.mjs --serial        one stage at a time, its output live (by default two lanes run
+//                                         side by side, each stage's output printed whole when it ends
+//                                         and written live to .artifacts/test-logs/)
 //
 // Stages: the checks (the strict TypeScript check, lib/ under tslab's TypeScript 5.0, ruff and pyright
-// over the Python), the TypeScript tests (node's test runner with tsx), the gpu-server's pytest suite,
-// and every notebook executed by nbclient with the project kernel. Each test stage prints its slowest
-// tests. Set-up is `scripts/setup.mjs`; `npm test` runs it first.
+// over the Python), the TypeScript tests (node's test runner with tsx), the package installed from
+// outside the repo (tests/ts/package, the same runner), the gpu-server's pytest suite, and every
+// notebook executed by nbclient with the project kernel. Each test stage prints its slowest tests. Set-up is `scripts/setup.mjs`; `npm test` runs it first.
 import { spawn } from "node:child_process";
 import fs from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { ARTIFACTS, ROOT, VENV_BIN, VENV_PYTHON, venvEnv } from "./project.mjs";
 
@@ -44,7 +48,9 @@ function pytestCounts(output) {
 /** The slowest top-level tests of node's spec reporter (`✔ name (123.4ms)` at the start of a line). */
 function slowestNodeTests(output, n = 15) {
   const rows = [...output.matchAll(/^[✔✖] (.+) \(([\d.]+)ms\)$/gm)].map((m) => ({ name: m[1], seconds: Number(m[2]) / 1000 }));
-  return rows.sort((a, b) => b.seconds - a.seconds).slice(0, n);
+  // The spec reporter repeats failed tests at the end: each name once.
+  const byName = new Map(rows.map((r) => [r.name, r]));
+  return [...byName.values()].sort((a, b) => b.seconds - a.seconds).slice(0, n);
 }
 
 /** Counts from node's test runner (`ℹ pass 3`, `ℹ fail 0`, `ℹ skipped 0`). */
@@ -54,6 +60,20 @@ function nodeTestCounts(output) {
 }
 
 const PYTHON_SOURCES = ["gpu-server", "scripts", "bench", "tests/notebooks"];
+
+const PACKAGE_TESTS = path.join(ROOT, "tests", "ts", "package") + path.sep;
+
+/** node's test runner with tsx over `files`, one file at a time. */
+function nodeTestStage(name, files) {
+  return {
+    name,
+    cmd: process.execPath,
+    args: ["--import", "tsx", "--test", "--test-reporter=spec", "--test-concurrency=1", ...files],
+    counts: nodeTestCounts,
+    slowest: slowestNodeTests,
+    env: venvEnv(tierEnv),
+  };
+}
 
 const STAGES = {
   typecheck: [
@@ -67,15 +87,11 @@ const STAGES = {
     { name: "ruff format --check", cmd: path.join(VENV_BIN, "ruff"), args: ["format", "--check", ...PYTHON_SOURCES] },
     { name: "pyright (gpu-server types)", cmd: bin("pyright"), args: ["-p", path.join(ROOT, "gpu-server")] },
   ],
-  ts: [{
-    name: fast ? "TypeScript tests, fast tier (*.fast.test.ts)" : "TypeScript tests (node:test + tsx)",
-    cmd: process.execPath,
-    args: ["--import", "tsx", "--test", "--test-reporter=spec", "--test-concurrency=1",
-      ...findTests(path.join(ROOT, "tests", "ts"), fast ? ".fast.test.ts" : ".test.ts")],
-    counts: nodeTestCounts,
-    slowest: slowestNodeTests,
-    env: venvEnv(tierEnv),
-  }],
+  ts: [nodeTestStage(fast ? "TypeScript tests, fast tier (*.fast.test.ts)" : "TypeScript tests (node:test + tsx)",
+    findTests(path.join(ROOT, "tests", "ts"), fast ? ".fast.test.ts" : ".test.ts").filter((f) => !f.startsWith(PACKAGE_TESTS)))],
+  // Its own stage so that it can run in the other lane: it packs art-ts and installs it in projects
+  // outside the repo (minutes of npm and tsc) and starts no server of its own for most of that time.
+  package: fast ? [] : [nodeTestStage("the package from outside the repo (tests/ts/package)", findTests(PACKAGE_TESTS, ".test.ts"))],
   pytest: [{
     name: fast ? "gpu-server pytest, fast tier (-m fast)" : "gpu-server pytest",
     cmd: VENV_PYTHON,
@@ -100,50 +116,82 @@ function notTested(output) {
   return found;
 }
 
-function runStage(stage) {
+// Two lanes run side by side (the suite waits on servers, kernels and a browser about half of its time,
+// so two lanes nearly halve the wall time on 2 cores, and every test runs beside another load, which
+// is how flaky timing shows up). Within a lane, stages run in order. `--serial` runs one stage at a time.
+const LANES = fast ? [["typecheck"], ["ts", "pytest"]] : [["typecheck", "pytest", "package"], ["ts", "notebooks"]];
+const LOGS = path.join(ARTIFACTS, "test-logs");
+const unlaned = Object.keys(STAGES).filter((key) => !LANES.flat().includes(key) && STAGES[key].length);
+if (unlaned.length) throw new Error(`scripts/test.mjs: stage(s) in no lane: ${unlaned.join(", ")}`);
+
+function runStage(stage, { live, env }) {
   return new Promise((resolve) => {
     const started = Date.now();
-    console.log(`\n=== ${stage.name} ===`);
-    const child = spawn(stage.cmd, stage.args, { cwd: stage.cwd ?? ROOT, env: stage.env ?? process.env, stdio: ["ignore", "pipe", "pipe"] });
+    const slug = stage.name.replace(/[^a-z0-9]+/gi, "-").replace(/^-|-$/g, "").toLowerCase();
+    const logFile = path.join(LOGS, `${slug}.log`);
+    const log = fs.createWriteStream(logFile);
+    console.log(live ? `\n=== ${stage.name} ===` : `[test] started: ${stage.name} (log: ${path.relative(ROOT, logFile)})`);
+    const child = spawn(stage.cmd, stage.args, { cwd: stage.cwd ?? ROOT, env: { ...(stage.env ?? process.env), ...env }, stdio: ["ignore", "pipe", "pipe"] });
     let output = "";
     const tee = (stream) => (chunk) => {
       output += chunk;
-      stream.write(chunk);
+      log.write(chunk);
+      if (live) stream.write(chunk);
     };
     child.stdout.on("data", tee(process.stdout));
     child.stderr.on("data", tee(process.stderr));
     child.on("error", (error) => {
-      output += String(error);
-      console.error(`could not start ${stage.cmd}: ${error.message} (run npm run setup)`);
+      output += `could not start ${stage.cmd}: ${error.message} (run npm run setup)\n`;
     });
     child.on("close", (code) => {
+      log.end();
       const seconds = (Date.now() - started) / 1000;
       let counts = stage.counts ? stage.counts(output) : code === 0 ? { passed: 1, failed: 0, skipped: 0 } : { passed: 0, failed: 1, skipped: 0 };
       // A non-zero exit with no failure counted (a crash, a collection error) is a failure.
       if (code !== 0 && counts.failed === 0) counts = { ...counts, failed: 1 };
       if (code === 0 && counts.passed === 0 && stage.counts) counts = { ...counts, failed: counts.failed + 1, noTests: true };
+      // Side by side, a stage's output is printed whole when it ends, so two stages never interleave.
+      let report = live ? "" : `\n=== ${stage.name} (${seconds.toFixed(0)} s) ===\n${output}`;
       if (stage.slowest) {
-        console.log(`\n--- slowest tests of this stage ---`);
-        for (const t of stage.slowest(output)) console.log(`${t.seconds.toFixed(1).padStart(8)} s  ${t.name}`);
+        report += `\n--- slowest tests of this stage ---\n`;
+        for (const t of stage.slowest(output)) report += `${t.seconds.toFixed(1).padStart(8)} s  ${t.name}\n`;
       }
+      process.stdout.write(report);
       resolve({ name: stage.name, code, seconds, ...counts, notTested: notTested(output) });
     });
   });
 }
 
+/** The STAGES key a stage (by its name) belongs to, to print the summary in the stages' order. */
+function stageKey(name) {
+  return Object.keys(STAGES).find((key) => STAGES[key].some((stage) => stage.name === name));
+}
+
 async function main() {
-  const wanted = args.filter((a) => a !== "--fast");
+  const serial = args.includes("--serial");
+  const wanted = args.filter((a) => a !== "--fast" && a !== "--serial");
   const unknown = wanted.filter((w) => !(w in STAGES));
   if (unknown.length) {
-    console.error(`unknown stage(s) or option(s): ${unknown.join(", ")}; stages: ${Object.keys(STAGES).join(", ")}; option: --fast`);
+    console.error(`unknown stage(s) or option(s): ${unknown.join(", ")}; stages: ${Object.keys(STAGES).join(", ")}; options: --fast, --serial`);
     process.exit(2);
   }
-  fs.mkdirSync(ARTIFACTS, { recursive: true });
+  fs.mkdirSync(LOGS, { recursive: true });
   const started = Date.now();
-  const results = [];
-  for (const key of wanted.length ? wanted : Object.keys(STAGES)) {
-    for (const stage of STAGES[key]) results.push(await runStage(stage));
-  }
+  const chosen = (key) => wanted.length === 0 || wanted.includes(key);
+  const lanes = serial ? [Object.keys(STAGES).filter(chosen)] : LANES.map((lane) => lane.filter(chosen)).filter((l) => l.length);
+  const live = lanes.length === 1;
+  // Side by side, each lane's torch gets its share of the cores: two processes that each start a
+  // thread per core contend (measured on 2 cores, an hf-engine test beside a training test: 71 s and
+  // 71 s with the default threads, 51 s and 61 s with one thread each). OMP_NUM_THREADS set by hand wins.
+  const threads = lanes.length > 1 && !process.env.OMP_NUM_THREADS
+    ? { OMP_NUM_THREADS: String(Math.max(1, Math.floor(os.availableParallelism() / lanes.length))) } : {};
+  const laneResults = await Promise.all(lanes.map(async (lane) => {
+    const results = [];
+    for (const key of lane) for (const stage of STAGES[key]) results.push(await runStage(stage, { live, env: threads }));
+    return results;
+  }));
+  const order = Object.keys(STAGES);
+  const results = laneResults.flat().sort((a, b) => order.indexOf(stageKey(a.name)) - order.indexOf(stageKey(b.name)));
   console.log(`\n=== summary${fast ? " (fast tier)" : ""} ===`);
   for (const r of results) {
     const status = r.failed ? "FAIL" : "ok  ";

@@ -31,7 +31,8 @@ def test_in_bf16_the_corrected_ratio_starts_at_one_where_the_uncorrected_one_doe
             assert r.status_code == 200, r.text
         groups = []
         for g, prompt in enumerate(PROMPTS):
-            r = sample(c, "plain", prompt, 4, 8, seed=g)
+            # 2 samples of 8 tokens per prompt: 32 tokens show the mismatch (mean ~0.05); bf16 trains slowly on a CPU without it
+            r = sample(c, "plain", prompt, 2, 8, seed=g)
             groups.append(
                 [
                     {"messages_and_choices": [*prompt, choice_item(r, ch)], "reward": float(i % 2 + i / 10)}

@@ -231,6 +231,7 @@ describe("the cookbook in JupyterLab", () => {
 
       // Games as transcripts with shaded tokens; notices as styled notes, never a stderr box.
       assert.ok(await page.locator(".art-trajectory .art-token").count() > 0, "no trajectory transcript with tokens");
+      assert.equal(await page.locator(".jp-OutputArea-output:has(.art-trajectory)").count(), 2, "the untrained and the trained game, as transcripts");
       await page.locator(".art-trajectory").first().screenshot({ path: path.join(SHOTS, "lab-tictactoe-trajectory.png") });
       const stderrArt = await page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]', { hasText: "[art]" }).count();
       assert.equal(stderrArt, 0, "a notice was written to stderr");
