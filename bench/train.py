@@ -251,7 +251,7 @@ def bench_cookbook_step(model: str, steps: int, groups: int, size: int, out_dir:
                 rollout_s = time.perf_counter() - started
                 batch = [trajectories[g * size : (g + 1) * size] for g in range(groups)]
                 started = time.perf_counter()
-                metrics = step(c, "bench", batch, learning_rate=3e-4, temperature=0.7)[-1]["metrics"]
+                metrics = step(c, "bench", batch, learning_rate=3e-4)[-1]["metrics"]  # scored at each turn's recorded 0.7
                 if s:  # the first step warms up
                     rows.append(
                         {

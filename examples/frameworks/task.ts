@@ -47,7 +47,7 @@ export async function trainAgent(name: string, agent: Agent): Promise<void> {
         })));
       });
       const gathered = await gatherTrajectoryGroups(groups, { progress: false });
-      const result = await model.train(gathered, { learningRate: 3e-4, temperature: 1, progress: false });
+      const result = await model.train(gathered, { learningRate: 3e-4, progress: false });
       console.log(`${name} step ${result.fromStep} -> ${result.step}: reward ${Number(result.metrics.reward).toFixed(3)}, ` +
         `tool used ${Number(result.metrics.usedTool).toFixed(2)}, model calls per rollout ${Number(result.metrics.modelCalls).toFixed(1)}`);
     }

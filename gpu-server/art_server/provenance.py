@@ -30,6 +30,9 @@ from typing import Any
 import orjson
 
 PREFIX = "art1"
+# What a choice is stamped with beside its tag: the policy step that sampled it (None: the base
+# model) and its sampling parameters as recorded (distribution.SamplingParams.wire).
+Stamp = tuple[int | None, dict[str, Any]]
 
 
 def base_fingerprint(base_path: Path) -> str:
@@ -71,17 +74,25 @@ class Provenance:
         signature = self._signature(self.fingerprint, self.server_id, prompt_ids, token_ids, logprobs)
         return f"{PREFIX}:{self.fingerprint}:{self.server_id}:{signature}"
 
-    def tag_completion(self, completion: dict[str, Any], policy_step: int | None = None) -> None:
-        """Tags every choice; `policy_step` (the trained model's step that sampled it, None for the base
-        model) goes beside the tag as `art_policy_step`, so a trainer can tell how far behind it is."""
+    def _mark(self, choice: dict[str, Any], prompt: list[int], ids: list[int], logprobs: list[float], stamp: Stamp) -> None:
+        # Beside the tag, unsigned (as the policy step): what the trainer needs to score the turn. A
+        # client that drops it (or an older one) gets the trainer's one notice, not a refusal.
+        policy_step, sampling = stamp
+        choice["art_sampling"] = sampling
+        choice["art_provenance"] = self.tag(prompt, ids, logprobs)
+        if policy_step is not None:
+            choice["art_policy_step"] = policy_step
+
+    def tag_completion(self, completion: dict[str, Any], stamp: Stamp) -> None:
+        """Tags every choice. The stamp's policy step (the trained model's step that sampled it, None
+        for the base model) goes beside the tag as `art_policy_step`, so a trainer can tell how far
+        behind it is; its sampling parameters as `art_sampling`."""
         prompt = completion.get("prompt_token_ids") or []
         for choice in completion.get("choices", []):
             entries = (choice.get("logprobs") or {}).get("content") or []
-            choice["art_provenance"] = self.tag(prompt, choice.get("token_ids") or [], [e["logprob"] for e in entries])
-            if policy_step is not None:
-                choice["art_policy_step"] = policy_step
+            self._mark(choice, prompt, choice.get("token_ids") or [], [e["logprob"] for e in entries], stamp)
 
-    def stream_tagger(self, policy_step: int | None = None) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def stream_tagger(self, stamp: Stamp) -> Callable[[dict[str, Any]], dict[str, Any]]:
         """Tags each choice on the chunk that finishes it, from the ids and logprobs streamed before."""
         prompt: list[int] = []
         ids: dict[int, list[int]] = {}
@@ -95,9 +106,7 @@ class Provenance:
                 ids.setdefault(index, []).extend(choice.get("token_ids") or [])
                 logprobs.setdefault(index, []).extend(e["logprob"] for e in ((choice.get("logprobs") or {}).get("content") or []))
                 if choice.get("finish_reason") is not None:
-                    choice["art_provenance"] = self.tag(prompt, ids[index], logprobs[index])
-                    if policy_step is not None:
-                        choice["art_policy_step"] = policy_step
+                    self._mark(choice, prompt, ids[index], logprobs[index], stamp)
             return chunk
 
         return tagger

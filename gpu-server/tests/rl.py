@@ -24,6 +24,7 @@ def choice_item(response: dict[str, Any], choice: dict[str, Any]) -> dict[str, A
         "finish_reason": choice["finish_reason"],
         "art_provenance": choice["art_provenance"],
         **({"art_policy_step": choice["art_policy_step"]} if "art_policy_step" in choice else {}),
+        **({"art_sampling": choice["art_sampling"]} if "art_sampling" in choice else {}),
     }
 
 

@@ -83,6 +83,7 @@ def test_a_grpo_step_trains_on_answers_of_both_apis(server):
                             "finish_reason": "length",
                             "art_provenance": answer["art_provenance"],
                             "art_policy_step": answer["art_policy_step"],
+                            "art_sampling": answer["art_sampling"],
                         },
                     ],
                 }

@@ -128,27 +128,91 @@ def test_a_history_that_was_rewritten_splits_into_separate_sequences():
     assert [s.trained_tokens for s in seqs] == [2, 1]
 
 
-def test_length_normalization_none_weighs_every_token_alike_trajectory_weighs_every_answer_alike():
-    """Dr. GRPO's fix for the length bias: with "trajectory" a 2-token answer's tokens weigh 3x a
-    6-token answer's; with "none" all weigh the same (both sum to 1 over the step's tokens after
-    train_step's rescaling, so only the relative weights differ)."""
-    from art_server.trainer.grpo import GRPOConfig, prepare
-
-    def trajectory(n: int, reward: float) -> dict:
-        return {
-            "reward": reward,
-            "messages_and_choices": [
-                {"kind": "choice", "prompt_token_ids": [1, 2], "token_ids": list(range(3, 3 + n)), "logprobs": [-1.0] * n}
-            ],
-        }
-
-    group = [trajectory(2, 1.0), trajectory(6, 0.0)]
-    per_answer = {len(it.sequence.input_ids) - 2: it.weight for it in prepare([group], GRPOConfig(), 100).items}
-    per_token = {
-        len(it.sequence.input_ids) - 2: it.weight for it in prepare([group], GRPOConfig(length_normalization="none"), 100).items
+def _answer(n: int, reward: float) -> dict:
+    return {
+        "reward": reward,
+        "messages_and_choices": [
+            {"kind": "choice", "prompt_token_ids": [1, 2], "token_ids": list(range(3, 3 + n)), "logprobs": [-1.0] * n}
+        ],
     }
-    assert per_answer == pytest.approx({2: 1 / 2 / 2, 6: 1 / 6 / 2})
-    assert per_token == pytest.approx({2: 1 / 6 / 2, 6: 1 / 6 / 2})
+
+
+def test_length_normalization_trajectory_token_and_constant_weigh_tokens_as_published():
+    """A 2-token and a 6-token answer in one gradient step. "trajectory" (GRPO): each answer's tokens
+    share 1/2, so a short answer's token weighs 3x a long one's; "token" (DAPO): every token 1/8;
+    "constant" (Dr. GRPO): every token 1 / (2 trajectories x normalization_tokens), whatever the lengths."""
+    from art_server.trainer.grpo import GRPOConfig, chunk_weights, prepare
+
+    items = prepare([[_answer(2, 1.0), _answer(6, 0.0)]], GRPOConfig(), 100).items
+
+    def weights(mode: str, constant: int = 1024) -> dict[int, float]:
+        return {len(it.sequence.input_ids) - 2: it.weight for it in chunk_weights(items, mode, constant)}
+
+    assert weights("trajectory") == pytest.approx({2: 1 / 2 / 2, 6: 1 / 6 / 2})
+    assert weights("token") == pytest.approx({2: 1 / 8, 6: 1 / 8})
+    assert weights("constant", 10) == pytest.approx({2: 1 / 20, 6: 1 / 20})
+    # Dr. GRPO's constant does not move with the step's lengths: longer answers, the same weight.
+    longer = prepare([[_answer(5, 1.0), _answer(9, 0.0)]], GRPOConfig(), 100).items
+    assert [it.weight for it in chunk_weights(longer, "constant", 10)] == pytest.approx([1 / 20, 1 / 20])
+    with pytest.raises(ValueError, match="trajectory, token or constant"):
+        chunk_weights(items, "none", 10)
+
+
+def test_the_old_name_none_is_refused_with_what_to_say_instead():
+    from pydantic import ValidationError
+
+    from art_server.api.schemas import GRPOConfigIn
+
+    with pytest.raises(ValidationError, match=r'now "token".*"constant"'):
+        GRPOConfigIn.model_validate({"length_normalization": "none"})
+    assert (
+        GRPOConfigIn.model_validate({"length_normalization": "constant", "normalization_tokens": 256}).normalization_tokens == 256
+    )
+
+
+def test_gradient_steps_hold_whole_groups_in_an_order_fixed_by_the_step():
+    """Advantages are relative within a group, so a gradient step takes all of a group's trajectories;
+    the order of groups is shuffled by the step (the same on every rank and retry, another next step)."""
+    from art_server.trainer.grpo import GRPOConfig, gradient_step_chunks, prepare
+
+    groups = [[_answer(2 + g, 1.0), _answer(3 + g, 0.0), _answer(4 + g, 0.25)] for g in range(6)]
+    items = prepare(groups, GRPOConfig(), 100, step=7).items
+    chunks = gradient_step_chunks(items, 4, 7)
+    assert len(chunks) == 4 and sorted(len({it.group for it in c}) for c in chunks) == [1, 1, 2, 2]
+    for chunk in chunks:
+        for g in {it.group for it in chunk}:
+            assert sum(it.group == g for it in chunk) == 3
+    assert [[it.group for it in c] for c in chunks] == [[it.group for it in c] for c in gradient_step_chunks(items, 4, 7)]
+    orders = {tuple(it.group for c in gradient_step_chunks(items, 6, seed) for it in c[:1]) for seed in range(8)}
+    assert len(orders) > 1
+    assert len(gradient_step_chunks(items, 100, 7)) == 6  # never more gradient steps than groups
+
+
+def test_sequence_ratios_clip_at_gspo_defaults_and_given_eps_win():
+    from art_server.trainer.grpo import GRPOConfig
+
+    assert GRPOConfig().clip_range == (0.2, 0.28)
+    assert GRPOConfig(importance_sampling="sequence").clip_range == (3e-4, 4e-4)
+    assert GRPOConfig(importance_sampling="sequence", eps_low=0.1).clip_range == (0.1, 4e-4)
+
+
+def test_approx_kl_is_k3_of_kl_from_sampling_to_current_by_hand():
+    """Two tokens sampled at logprob log 0.5 now at log 0.25 and log 0.75: r = 0.5 and 1.5, so
+    k3 = (r - 1 - log r) = 0.19315 and 0.09453; their weighted sum with weights 1/2 is 0.14384."""
+    r = [0.5, 1.5]
+    old = torch.tensor([math.log(0.5)] * 2)
+    new = torch.tensor([math.log(0.5 * x) for x in r])
+    terms = grpo_token_loss(
+        new,
+        old,
+        torch.tensor([1.0, 1.0]),
+        torch.tensor([0.5, 0.5]),
+        torch.tensor([0, 0]),
+        variant="ppo",
+        importance_sampling="token",
+    )
+    expected = sum(0.5 * (x - 1 - math.log(x)) for x in r)
+    assert float(terms.approx_kl_policy) == pytest.approx(expected, abs=1e-6) and expected == pytest.approx(0.14384, abs=1e-5)
 
 
 def test_policy_lag_is_measured_per_trained_token_and_groups_past_max_steps_off_policy_are_skipped():

@@ -9,6 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from art_server.distribution import SamplingParams
 from art_server.models.trainable import LoraSpec
 from art_server.trainer import logprobs
 from art_server.trainer.lora import LoraHost
@@ -23,9 +24,14 @@ class Holder:
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
 
 
+# The turns of a micro-batch may each have been sampled otherwise (each is scored as it was).
+MIXED = [SamplingParams(0.7), SamplingParams(1.0), SamplingParams(1.3, top_p=0.9), SamplingParams(0.8, top_k=5)]
+
+
 def rows(rng: random.Random, vocab: int, layout: str) -> list[Sequence]:
     """`groups`: three prompts of different lengths, continued by 1-4 rows each; `turns`: six distinct
-    prompts that share a 12-token system prefix. Half the rows have a second turn."""
+    prompts that share a 12-token system prefix. Half the rows have a second turn. Turns are sampled
+    at mixed temperatures, top-p and top-k."""
     system = [rng.randrange(vocab) for _ in range(12)]
     plan = [(20, 4), (13, 3), (31, 1)] if layout == "groups" else [(rng.randint(3, 20), 1) for _ in range(6)]
     out = []
@@ -34,10 +40,10 @@ def rows(rng: random.Random, vocab: int, layout: str) -> list[Sequence]:
         for _ in range(continuations):
             s = Sequence()
             s.extend(prompt, trained=False)
-            s.extend([rng.randrange(vocab) for _ in range(rng.randint(1, 6))], trained=True)
+            s.extend([rng.randrange(vocab) for _ in range(rng.randint(1, 6))], trained=True, sampling=rng.choice(MIXED))
             if rng.random() < 0.5:  # a second turn: more context, then more sampled tokens
                 s.extend([rng.randrange(vocab) for _ in range(5)], trained=False)
-                s.extend([rng.randrange(vocab) for _ in range(3)], trained=True)
+                s.extend([rng.randrange(vocab) for _ in range(3)], trained=True, sampling=rng.choice(MIXED))
             out.append(s)
     return out
 
@@ -46,9 +52,10 @@ def logprobs_and_grads(host: LoraHost, seqs: list[Sequence]) -> tuple[torch.Tens
     host.model.zero_grad(set_to_none=True)
     host.activate("s")
     batch = logprobs.pad_batch(seqs, 0, host.device)
-    lp, entropy = logprobs.token_logprobs(host.model, batch, temperature=0.7, with_entropy=True)
+    lp, entropy = logprobs.token_logprobs(host.model, batch, with_entropy=True)
     (lp * torch.linspace(0.5, 1.5, len(lp))).sum().backward()
-    assert entropy is not None and entropy.shape == lp.shape
+    assert entropy is not None and entropy.shape == lp.shape and bool(torch.isfinite(entropy).all())
+    assert bool(torch.isfinite(lp).all())  # a random token outside a row's top-k still scores finitely (kept)
     return lp.detach(), [p.grad.clone() for p in host.parameters("s")]
 
 

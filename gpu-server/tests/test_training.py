@@ -113,6 +113,9 @@ def test_a_grpo_step_streams_progress_then_the_result_and_serves_the_new_step(tr
         assert m["groups_trained"] == 2 and m["groups_skipped"] == 0 and m["tokens_trained"] > 0
         for key in ("tokenize_s", "forward_backward_s", "save_s", "reload_s"):
             assert m[key] >= 0
+        assert m["trainer_tokens_per_second"] > 0
+        # The second gradient step's ratio is against the policy before the first: it moved.
+        assert abs(m["importance_ratio_mean"] - 1) > 1e-4 and m["importance_ratio_max"] > 1, m
         models = [x["id"] for x in c.get("/v1/models").json()["data"]]
         assert "stepper@1" in models and "stepper@0" in models
         assert c.get("/v1/art/models/stepper").json()["step"] == 1
@@ -150,7 +153,8 @@ def test_a_sampler_that_scored_tokens_lower_is_corrected_not_clipped_in_every_gr
         progress = [line for line in lines if line["type"] == "progress"]
         assert [p["clip_fraction"] for p in progress] == [0, 0], progress
         m = lines[-1]["metrics"]
-        assert abs(m["importance_ratio_mean"] - 1) < 1e-6 and abs(m["importance_ratio_max"] - 1) < 1e-6, m
+        # (the ratio is reported at the last gradient step: the first one's update, at lr 1e-9, moved it by ~1e-6)
+        assert abs(m["importance_ratio_mean"] - 1) < 1e-4 and abs(m["importance_ratio_max"] - 1) < 1e-4, m
         assert abs(m["sampler_weight_mean"] - math.exp(0.5)) < 1e-3 and abs(m["sampler_logprob_diff_mean"] - 0.5) < 1e-3, m
         lines = step(
             c, "uncorrected", shifted(groups), learning_rate=1e-9, gradient_steps=2, micro_batch_size=4, sampler_correction="none"

@@ -209,6 +209,29 @@ def test_a_grpo_step_on_vllms_samples_matches_its_logprobs_and_serves_the_new_st
     assert chat(client, model="digits@1", messages=PROMPT, max_tokens=3)["model"] == "digits@1"
 
 
+def test_turns_vllm_sampled_with_temperature_and_truncation_train_as_sampled(client):
+    """vLLM returns each token's logprob under the processed distribution (--logprobs-mode
+    processed_logprobs: after temperature, top-k and top-p); the trainer scores each turn under the
+    same distribution from its recorded art_sampling, with no temperature given to train."""
+    assert (
+        client.post("/v1/art/models/register", json={"name": "truncated", "project": "vllm", "base_model": MODEL}).status_code
+        == 200
+    )
+    params = {"temperature": 0.7, "top_p": 0.9, "top_k": 20}
+    out = client.post(
+        "/v1/chat/completions", json={"model": "truncated", "messages": PROMPT, "n": 6, "max_tokens": 6, "seed": 4, **params}
+    ).json()
+    assert out["choices"][0]["art_sampling"] == {**params, "engine": "vllm"}
+    group = [
+        {"messages_and_choices": [*PROMPT, choice_item(out, ch)], "reward": float(i % 2)} for i, ch in enumerate(out["choices"])
+    ]
+    metrics = step(client, "truncated", [group], learning_rate=1e-9)[-1]["metrics"]
+    print(
+        f"vLLM fp32 at {params}: mean |diff| {metrics['sampler_logprob_diff_mean']:.2e}, max {metrics['sampler_logprob_diff_max']:.2e}"
+    )
+    assert metrics["sampler_logprob_diff_mean"] < 2e-3 and metrics["sampler_logprob_diff_max"] < 5e-2, metrics
+
+
 def test_a_pipelined_step_trains_while_vllm_answers_the_previous_step_then_the_new_one(client, vllm):
     """What trainLoop's pipeline relies on, on vLLM: with serve_previous_during_training the bare name
     keeps answering while a step trains (art_policy_step: the previous step), and the step hot-loaded

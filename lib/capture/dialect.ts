@@ -91,6 +91,7 @@ export function completionOf(answer: SampledAnswer): ChatCompletion {
       token_ids: sample.data.token_ids,
       ...(sample.data.art_provenance ? { art_provenance: sample.data.art_provenance } : {}),
       ...(sample.data.art_policy_step !== undefined ? { art_policy_step: sample.data.art_policy_step } : {}),
+      ...(sample.data.art_sampling ? { art_sampling: sample.data.art_sampling } : {}),
     }
     : {};
   const toolCalls = answer.toolCalls.map((call) => ({ id: call.id, type: "function" as const, function: { name: call.name, arguments: call.arguments } }));

@@ -19,6 +19,7 @@ interface ChoiceSoFar {
   finishReason: string | null;
   provenance?: string;
   policyStep?: number;
+  sampling?: unknown; // art_sampling as the server sent it (sampledChoice checks it)
 }
 
 /** Reads SSE text as it arrives (in any pieces) and builds the completion it describes. */
@@ -65,6 +66,7 @@ export class SseAccumulator implements StreamRecorder {
         token_ids: c.tokenIds,
         ...(c.provenance ? { art_provenance: c.provenance } : {}),
         ...(c.policyStep !== undefined ? { art_policy_step: c.policyStep } : {}),
+        ...(c.sampling !== undefined ? { art_sampling: c.sampling } : {}),
       };
     });
     return {
@@ -130,5 +132,6 @@ export class SseAccumulator implements StreamRecorder {
     if (typeof raw.finish_reason === "string") c.finishReason = raw.finish_reason;
     if (typeof raw.art_provenance === "string") c.provenance = raw.art_provenance;
     if (typeof raw.art_policy_step === "number") c.policyStep = raw.art_policy_step;
+    if (raw.art_sampling && typeof raw.art_sampling === "object") c.sampling = raw.art_sampling;
   }
 }

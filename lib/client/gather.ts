@@ -8,12 +8,13 @@ import { ArtError, BadTrajectoryError } from "../core/errors";
 import { functionOption, parseOptions } from "../core/options";
 import { Trajectory, TrajectoryGroup, type TrajectorySource } from "../core/trajectory";
 import { ProgressLine } from "../display/progress-line";
+import { DEFAULT_CONCURRENCY, rolloutJobs, runRollouts, Slots } from "./rollout-runner";
 
 /** Options of {@link gatherTrajectoryGroups} and {@link gatherTrajectories}. */
 export interface GatherOptions {
   /** Rollouts that may throw before gathering fails: a count, or a fraction of all when below 1 (default 0). */
   maxExceptions?: number;
-  /** Rollouts running at once (default 32). */
+  /** Rollouts running at once (default 64, as in trainLoop and trainPipeline). */
   concurrency?: number;
   /** Called for each finished group (e.g. to score it with a judge); may replace rewards. */
   afterEach?: (group: TrajectoryGroup) => void | Promise<void>;
@@ -61,8 +62,8 @@ function start(source: TrajectorySource): Promise<Trajectory> {
 
 /**
  * Runs every group's rollouts (at most `concurrency` at a time) and returns the groups with their
- * finished trajectories. The progress line shows done/total, the running mean reward, exceptions
- * and sampled tokens per second.
+ * finished trajectories. A group gathered again starts over (its exceptions too). The progress
+ * line shows done/total, the running mean reward, exceptions and sampled tokens per second.
  */
 export async function gatherTrajectoryGroups(groups: Iterable<TrajectoryGroup>, options: GatherOptions = {}): Promise<TrajectoryGroup[]> {
   return gather("gatherTrajectoryGroups", groups, options);
@@ -77,16 +78,12 @@ async function gather(call: string, groups: Iterable<TrajectoryGroup>, input: Ga
   all.forEach((group, i) => {
     if (!(group instanceof TrajectoryGroup)) throw new BadTrajectoryError(`${call}: item ${i} is not a TrajectoryGroup (wrap rollouts in new TrajectoryGroup([...]))`);
   });
-  const jobs = all.flatMap((group) => group.sources.filter((s) => !(s instanceof Trajectory)).map((source) => ({ group, source })));
-  for (const group of all) group.trajectories = group.sources.filter((s): s is Trajectory => s instanceof Trajectory);
+  const jobs = rolloutJobs(all);
   const total = jobs.length;
-  const limit = (options.maxExceptions ?? 0) < 1 && (options.maxExceptions ?? 0) > 0
-    ? Math.floor((options.maxExceptions ?? 0) * total)
-    : Math.floor(options.maxExceptions ?? 0);
   const progress = options.progress === false ? null : new ProgressLine(options.progress ?? "rollouts");
   const started = Date.now();
-  const errors: unknown[] = [];
   let done = 0;
+  let errors = 0;
   let rewardSum = 0;
   let tokens = 0;
   let failed: GatherError | null = null;
@@ -94,47 +91,40 @@ async function gather(call: string, groups: Iterable<TrajectoryGroup>, input: Ga
   const finishedGroups: Promise<void>[] = [];
 
   // Mean reward of the rollouts that finished without throwing (NaN before the first).
-  const meanReward = () => (done - errors.length > 0 ? rewardSum / (done - errors.length) : Number.NaN);
+  const meanReward = () => (done - errors > 0 ? rewardSum / (done - errors) : Number.NaN);
   const state = () => {
     const seconds = Math.max(1e-3, (Date.now() - started) / 1000);
     const mean = meanReward();
-    return { done, total, detail: `reward ${Number.isNaN(mean) ? "-" : mean.toFixed(3)} · exceptions ${errors.length} · ${Math.round(tokens / seconds)} tok/s` };
+    return { done, total, detail: `reward ${Number.isNaN(mean) ? "-" : mean.toFixed(3)} · exceptions ${errors} · ${Math.round(tokens / seconds)} tok/s` };
   };
 
-  const report = () => options.onProgress?.({ done, total, reward: meanReward(), exceptions: errors.length });
+  const report = () => options.onProgress?.({ done, total, reward: meanReward(), exceptions: errors });
   report();
 
-  const finishOne = (group: TrajectoryGroup) => {
-    const left = (pendingPerGroup.get(group) ?? 1) - 1;
-    pendingPerGroup.set(group, left);
-    if (left === 0 && options.afterEach) finishedGroups.push(Promise.resolve(options.afterEach(group)));
-  };
-
-  let next = 0;
-  const worker = async () => {
-    while (next < jobs.length && !failed) {
-      const job = jobs[next++]!;
-      try {
-        const trajectory = await start(job.source);
-        job.group.trajectories.push(trajectory);
+  const slots = new Slots(options.concurrency ?? DEFAULT_CONCURRENCY);
+  // Once gathering has failed, rollouts not yet started do not start.
+  const notStarted = new Error("gathering stopped");
+  await runRollouts(jobs, {
+    start: (source) => slots.run(() => (failed ? Promise.reject(notStarted) : start(source))),
+    maxExceptions: options.maxExceptions,
+    stopped: () => failed !== null, // after the failure, rollouts that end are not counted (as in the pipeline)
+    onFailure: (message, all) => {
+      failed = new GatherError(message, all);
+    },
+    onSettled: (job, { trajectory, error }) => {
+      if (trajectory) {
         rewardSum += trajectory.reward;
         tokens += trajectory.sampledTokens();
-      } catch (error) {
-        errors.push(error);
-        job.group.exceptions.push(error);
-        if (errors.length > limit && !failed) {
-          const first = errors[0] as Error;
-          failed = new GatherError(`${errors.length} of ${total} rollouts threw (maxExceptions ${options.maxExceptions ?? 0}); ` +
-            `the first: ${first?.message ?? String(first)}\n${first?.stack ?? ""}`, errors);
-        }
-      }
+      } else if (error === undefined) return; // not started, or ended after the failure: not counted
+      else errors += 1;
       done += 1;
       progress?.update(state());
       report();
-      finishOne(job.group);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.max(1, Math.min(options.concurrency ?? 32, jobs.length)) }, worker));
+      const left = (pendingPerGroup.get(job.group) ?? 1) - 1;
+      pendingPerGroup.set(job.group, left);
+      if (left === 0 && options.afterEach && !failed) finishedGroups.push(Promise.resolve(options.afterEach(job.group)));
+    },
+  });
   progress?.finish(state());
   if (failed) throw failed;
   if (!jobs.length && options.afterEach) for (const group of all) await options.afterEach(group);

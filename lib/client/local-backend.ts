@@ -209,24 +209,28 @@ export class LocalBackend extends RemoteBackend {
     return this.server?.pid;
   }
 
+  // A request that fails while close() stops the server failed because of the close: say that, whichever
+  // way the dying server ended it (refused, cut mid-answer), so callers see one error for one cause.
   protected override unreachable(requestPath: string, error: unknown): Error {
-    return this.crashed ?? super.unreachable(requestPath, error);
+    return this.closedError(error) ?? this.crashed ?? super.unreachable(requestPath, error);
   }
 
   /** A connection that broke mid-answer: when the server died, say so with its log (its exit is seen within a second). */
   protected override async interrupted(requestPath: string, error: unknown): Promise<Error> {
-    if (this.server && !this.crashed) await Promise.race([this.server.exited, new Promise((r) => setTimeout(r, 1000))]);
+    if (this.server && !this.crashed && !this.closing) await Promise.race([this.server.exited, new Promise((r) => setTimeout(r, 1000))]);
     await new Promise((r) => setImmediate(r));
-    return this.crashed ?? super.interrupted(requestPath, error);
+    return this.closedError(error) ?? this.crashed ?? super.interrupted(requestPath, error);
+  }
+
+  private closedError(cause?: unknown): BackendClosedError | undefined {
+    if (!this.closing) return undefined;
+    return new BackendClosedError(`this LocalBackend was closed (backend.close() ran, e.g. in a cell that ran earlier), and its ` +
+      "server has stopped. Re-run the cell that starts the backend (connectBackend or LocalBackend.start) and " +
+      "the one that registers the model, then this cell.", cause === undefined ? undefined : { cause });
   }
 
   override unusable(): Error | undefined {
-    if (this.closing) {
-      return new BackendClosedError(`this LocalBackend was closed (backend.close() ran, e.g. in a cell that ran earlier), and its ` +
-        "server has stopped. Re-run the cell that starts the backend (connectBackend or LocalBackend.start) and " +
-        "the one that registers the model, then this cell.");
-    }
-    return this.crashed;
+    return this.closedError() ?? this.crashed;
   }
 
   /** Stops the server this backend started (waits for it to exit). */

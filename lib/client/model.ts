@@ -168,6 +168,16 @@ export interface TrainOptions extends TrainConfig {
   signal?: AbortSignal;
   /** What a pipeline did with stale groups before this step (recorded in the step's metrics). */
   staleGroups?: StaleGroupCounts;
+  /** How fast this step's rollouts sampled (recorded as `samplingTokensPerSecond`; `trainLoop` measures it). */
+  sampling?: SamplingThroughput;
+}
+
+/** The completion tokens a step's rollouts sampled, and the wall seconds their gathering took. */
+export interface SamplingThroughput {
+  /** Completion tokens sampled. */
+  tokens: number;
+  /** Wall seconds from the first rollout's start to the last one's end. */
+  seconds: number;
 }
 
 /** Groups a pipeline left out or gathered again before a step for being too far behind. */
@@ -184,6 +194,7 @@ const TrainOptionsSchema = TrainConfigSchema.extend({
   onEvent: functionOption<(event: TrainEvent) => void>().optional(),
   signal: z.instanceof(AbortSignal, { message: "must be an AbortSignal" }).optional(),
   staleGroups: z.object({ dropped: z.number().int().min(0), retried: z.number().int().min(0) }).strict().optional(),
+  sampling: z.object({ tokens: z.number().int().min(0), seconds: z.number().min(0).finite() }).strict().optional(),
 }).strict();
 
 /** Checks the options of `model.train` for `call` (e.g. a loop that passes them on later). */
@@ -349,7 +360,7 @@ export class TrainableModel implements ChatModel {
    * shows progress, and returns the new step with its metrics.
    */
   async train(groups: TrajectoryGroup[], options: TrainOptions = {}): Promise<TrainResult> {
-    const { servePreviousDuringTraining, progress, onEvent, signal, staleGroups, ...config } = checkTrainOptions("model.train", options);
+    const { servePreviousDuringTraining, progress, onEvent, signal, staleGroups, sampling, ...config } = checkTrainOptions("model.train", options);
     const wire = toWireGroups(groups, true);
     const flat = groups.filter((g) => g.hasZeroVariance()).length;
     // Shown once per model: a converging (or stuck) run has flat groups step after step, and each
@@ -361,7 +372,8 @@ export class TrainableModel implements ChatModel {
     }
     return this.runStep("train", { groups: wire, config: trainConfigToWire(config),
       serve_previous_during_training: servePreviousDuringTraining ?? false,
-      ...(staleGroups ? { stale_groups_dropped: staleGroups.dropped, stale_groups_retried: staleGroups.retried } : {}) },
+      ...(staleGroups ? { stale_groups_dropped: staleGroups.dropped, stale_groups_retried: staleGroups.retried } : {}),
+      ...(sampling ? { sampled_tokens: sampling.tokens, sampling_seconds: sampling.seconds } : {}) },
     progress ?? true, onEvent, signal);
   }
 

@@ -13,7 +13,8 @@ import type { HistoryRow, TrainResult } from "../core/results";
 import { Trajectory, TrajectoryGroup, type TrajectorySource } from "../core/trajectory";
 import { withCallScope } from "./call-scope";
 import { GatherError } from "./gather";
-import { checkTrainOptions, TrainableModel, type TrainOptions } from "./model";
+import { DEFAULT_CONCURRENCY, rolloutJobs, runRollouts, Slots } from "./rollout-runner";
+import { checkTrainOptions, type SamplingThroughput, TrainableModel, type TrainOptions } from "./model";
 
 /** Options of {@link trainPipeline}. */
 export interface PipelineOptions {
@@ -24,7 +25,7 @@ export interface PipelineOptions {
   /** The groups of one step, called once per step in order (its argument counts from the model's step at the start). */
   groups: (step: number) => TrajectoryGroup[];
   /** GRPO settings passed to `model.train`. */
-  train?: Omit<TrainOptions, "progress" | "signal" | "staleGroups" | "servePreviousDuringTraining">;
+  train?: Omit<TrainOptions, "progress" | "signal" | "staleGroups" | "sampling" | "servePreviousDuringTraining">;
   /** Every `every` steps (and after the last; and before the first at step 0), run `groups()` at that step and log them as `val`. */
   evaluate?: {
     /** Evaluate every this many steps. */
@@ -162,26 +163,6 @@ const PipelineOptionsSchema = z.object({
   onStep: functionOption<(event: PipelineStepEvent) => void | Promise<void>>().optional(),
 }).strict();
 
-/** A FIFO limit on rollouts running at once, shared by every stage. */
-class Slots {
-  private free: number;
-  private readonly waiting: Array<() => void> = [];
-  constructor(size: number) {
-    this.free = size;
-  }
-  async run<T>(fn: () => Promise<T>): Promise<T> {
-    if (this.free > 0) this.free -= 1;
-    else await new Promise<void>((resolve) => this.waiting.push(resolve));
-    try {
-      return await fn();
-    } finally {
-      const next = this.waiting.shift();
-      if (next) next();
-      else this.free += 1;
-    }
-  }
-}
-
 /** Seconds each stage was busy, and both at once. */
 class BusyClock {
   private rollouts = 0;
@@ -202,11 +183,6 @@ class BusyClock {
     this.tick();
     this[stage] += by;
   }
-}
-
-function exceptionLimit(maxExceptions: number | undefined, total: number): number {
-  const m = maxExceptions ?? 0;
-  return m > 0 && m < 1 ? Math.floor(m * total) : Math.floor(m);
 }
 
 /** The earliest step any of a group's finished rollouts was sampled at (undefined: none says). */
@@ -231,7 +207,7 @@ export async function trainPipeline(options: PipelineOptions): Promise<PipelineR
   const { model, steps } = options;
   const k = options.maxStepsOffPolicy ?? 0;
   const started = performance.now();
-  const slots = new Slots(options.concurrency ?? 64);
+  const slots = new Slots(options.concurrency ?? DEFAULT_CONCURRENCY);
   const clock = new BusyClock();
   const stop = new AbortController();
   const onAbort = () => {
@@ -289,34 +265,28 @@ export async function trainPipeline(options: PipelineOptions): Promise<PipelineR
   /** Runs every rollout of `groups`, keeping finished ones in each group in the order they finish. */
   const gather = async (groups: TrajectoryGroup[], what: string, progress: { done: number; total: number; exceptions: number },
     stage: "rollouts" | "evals", step?: number): Promise<TrajectoryGroup[]> => {
-    const jobs = groups.flatMap((group) => group.sources.filter((s) => !(s instanceof Trajectory)).map((source) => ({ group, source })));
-    for (const group of groups) {
-      group.trajectories = group.sources.filter((s): s is Trajectory => s instanceof Trajectory);
-      group.exceptions = [];
-    }
+    const jobs = rolloutJobs(groups);
     progress.total = jobs.length;
-    const limit = exceptionLimit(options.maxExceptions, jobs.length);
-    const errors: unknown[] = [];
-    await Promise.all(jobs.map(async ({ group, source }) => {
-      clock.change(stage, 1);
-      try {
-        group.trajectories.push(await rollout(source, step));
-      } catch (error) {
-        if (stop.signal.aborted) return;
-        errors.push(error);
-        group.exceptions.push(error);
-        progress.exceptions = errors.length;
-        if (errors.length > limit) {
-          const firstError = errors[0] as Error;
-          fail(new GatherError(`${what}: ${errors.length} of ${jobs.length} rollouts threw (maxExceptions ${options.maxExceptions ?? 0}); ` +
-            `the first: ${firstError?.message ?? String(firstError)}\n${firstError?.stack ?? ""}`, errors));
-        }
-      } finally {
-        clock.change(stage, -1);
+    await runRollouts(jobs, {
+      start: (source) => {
+        clock.change(stage, 1);
+        return rollout(source, step).catch((error: unknown) => {
+          // A backend that closed or crashed under a rollout is the pipeline's end, not the environment's exception.
+          const gone = model.backend.unusable?.();
+          if (gone) fail(gone);
+          throw error;
+        }).finally(() => clock.change(stage, -1));
+      },
+      maxExceptions: options.maxExceptions,
+      what,
+      stopped: () => stop.signal.aborted,
+      onFailure: (message, errors) => fail(new GatherError(message, errors)),
+      onSettled: () => {
+        progress.exceptions = groups.reduce((n, g) => n + g.exceptions.length, 0);
         progress.done += 1;
         report();
-      }
-    }));
+      },
+    });
     return groups;
   };
 
@@ -346,6 +316,7 @@ export async function trainPipeline(options: PipelineOptions): Promise<PipelineR
   // The gathering stage: step i's groups start once the trainer is at most k steps behind them.
   const initialEval = options.evaluate && first === 0 ? evaluate(0) : Promise.resolve();
   const batches: Array<Promise<TrajectoryGroup[]>> = [];
+  const sampling: SamplingThroughput[] = []; // each batch's gathering, for its step's samplingTokensPerSecond
   let trainedBatches = 0;
   const admitted = new Array<() => void>();
   const batchReady = (i: number) => new Promise<void>((resolve) => (admitted[i] = resolve));
@@ -358,7 +329,12 @@ export async function trainPipeline(options: PipelineOptions): Promise<PipelineR
       const groups = options.groups(first + i);
       const progress: StageProgress = { step: first + i, done: 0, total: 0, exceptions: 0 };
       state.gathering.push(progress);
-      const batch = track(gather(groups, `step ${first + i}`, progress, "rollouts").finally(() => {
+      const gatherStarted = performance.now();
+      const batch = track(gather(groups, `step ${first + i}`, progress, "rollouts").then((gathered) => {
+        const tokens = gathered.reduce((n, g) => n + g.trajectories.reduce((m, t) => m + t.sampledTokens(), 0), 0);
+        sampling[i] = { tokens, seconds: (performance.now() - gatherStarted) / 1000 };
+        return gathered;
+      }).finally(() => {
         state.gathering = state.gathering.filter((g) => g !== progress);
         if (!stop.signal.aborted) state.queued.push(first + i);
         report();
@@ -422,7 +398,7 @@ export async function trainPipeline(options: PipelineOptions): Promise<PipelineR
         clock.change("training", 1);
         try {
           result = await track(model.train(trainable, {
-            ...options.train, progress: false, signal: requests.signal,
+            ...options.train, progress: false, signal: requests.signal, sampling: sampling[i],
             ...(k > 0 ? { maxStepsOffPolicy: k, servePreviousDuringTraining: true, staleGroups: counts } : {}),
             onEvent: (event) => {
               if (event.type === "progress" && state.training) {

@@ -31,9 +31,9 @@ export interface TrainConfig {
   learningRate?: number;
   /** `ppo` (clipped ratio, default) or `cispo` (clipped importance weights, no dead tokens). */
   loss?: "ppo" | "cispo";
-  /** Lower clip range of the ratio, 0-1 (default 0.2). */
+  /** Lower clip range of the ratio, 0-1 (default 0.2 per token; GSPO's 3e-4 with `importanceSampling: "sequence"`). */
   epsLow?: number;
-  /** Upper clip range of the ratio, 0-10 (default 0.28). */
+  /** Upper clip range of the ratio, 0-10 (default 0.28 per token; GSPO's 4e-4 with `importanceSampling: "sequence"`). */
   epsHigh?: number;
   /** Weight of the KL penalty to the base model, 0-100 (default 0: none). */
   klCoef?: number;
@@ -47,7 +47,11 @@ export interface TrainConfig {
   microBatchSize?: number;
   /** Optimizer steps the batch is split into, 1-1000 (default 1). */
   gradientSteps?: number;
-  /** The temperature the rollouts were sampled at, above 0 and at most 10 (default 1). */
+  /**
+   * Overrides the temperature each sampled turn is scored at, above 0 and at most 10. Leave it out:
+   * the server records each turn's sampling parameters (temperature, top-p, top-k) and the trainer
+   * scores it with them; one given here that differs is used with a warning.
+   */
   temperature?: number;
   /** Longer sequences are skipped (default: the model's context length). */
   maxSequenceLength?: number;
@@ -61,11 +65,15 @@ export interface TrainConfig {
   /** The truncation of `tis`'s per-token weight, 1 to 1e6 (default 2). */
   samplerCorrectionCap?: number;
   /**
-   * `trajectory` (default): every trajectory weighs the same, so a long answer's tokens each count
-   * less. `none` (Dr. GRPO): every token weighs the same whatever its answer's length, which removes
-   * the bias toward long wrong answers; pair it with `scaleRewards: false` for Dr. GRPO as published.
+   * How a gradient step's token losses are summed. `trajectory` (default, GRPO): a mean over
+   * trajectories of each one's token mean, so a long answer's tokens each count less. `token`
+   * (DAPO): a mean over all the step's tokens, every token alike. `constant` (Dr. GRPO as published,
+   * with `scaleRewards: false`): divided by trajectories x `normalizationTokens`, a constant of the
+   * configuration, so neither an answer's length nor the step's changes a token's weight.
    */
-  lengthNormalization?: "trajectory" | "none";
+  lengthNormalization?: "trajectory" | "token" | "constant";
+  /** The constant of `lengthNormalization: "constant"` (Dr. GRPO's maximum completion length; default 1024). */
+  normalizationTokens?: number;
   /**
    * The KL penalty's reference (with `klCoef` above 0): this step's adapter instead of the base model,
    * e.g. the SFT step an RL run started from. A step without a checkpoint is a 400.
@@ -95,7 +103,8 @@ export const TrainConfigSchema = z.object({
   maxSequenceLength: z.number().int().min(1).max(1_048_576).optional(),
   samplerCorrection: z.enum(["tis", "none"]).optional(),
   samplerCorrectionCap: z.number().min(1).max(1e6).optional(),
-  lengthNormalization: z.enum(["trajectory", "none"]).optional(),
+  lengthNormalization: z.enum(["trajectory", "token", "constant"]).optional(),
+  normalizationTokens: z.number().int().min(1).max(1_048_576).optional(),
   klRefStep: z.number().int().min(0).max(1e9).optional(),
   maxStepsOffPolicy: z.number().int().min(0).max(1e6).optional(),
 }).strict();

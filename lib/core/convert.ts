@@ -7,7 +7,8 @@
 import type { LoraConfig, SftConfig, TrainConfig } from "./config";
 import { camelCase, snakeCase } from "./options";
 import type { DeleteCheckpointsResult, HistoryRow, RegisteredModel, StepMetrics, TrainEvent } from "./results";
-import type { DeleteCheckpointsWire, ModelInfo, StreamLine } from "./wire";
+import type { SamplingParams } from "./trajectory";
+import type { DeleteCheckpointsWire, ModelInfo, SamplingWire, StreamLine } from "./wire";
 
 /** The server's own metric and event field names (store/history.py, trainer/). */
 const SERVER_NAMES = [
@@ -17,7 +18,7 @@ const SERVER_NAMES = [
   "gradient_step", "epoch", "lr", "kind", "nothing_trained", "skip_details", "trained_into_step", "from_step",
   "tokenize_s", "forward_backward_s", "save_s", "reload_s", "sleep_s", "wake_s",
   "sampler_logprob_diff_mean", "sampler_logprob_diff_max", "importance_ratio_mean", "importance_ratio_max",
-  "sampler_weight_mean", "policy_lag_min", "policy_lag_mean", "policy_lag_max", "groups_dropped_stale", "groups_retried_stale",
+  "sampler_weight_mean", "trainer_tokens_per_second", "sampling_tokens_per_second", "policy_lag_min", "policy_lag_mean", "policy_lag_max", "groups_dropped_stale", "groups_retried_stale",
   // reasons in groups_skipped_by_reason
   "equal_rewards", "missing_tokens", "too_long", "too_small", "stale",
 ] as const;
@@ -69,6 +70,16 @@ export function deleteCheckpointsFromWire(result: DeleteCheckpointsWire): Delete
     deleted: result.deleted, kept: result.kept, bestStep: result.best_step,
     ...(result.metric === undefined ? {} : { metric: result.metric }), ...(result.note === undefined ? {} : { note: result.note }),
   };
+}
+
+/** A sampled choice's recorded sampling parameters, from the server. */
+export function samplingFromWire(s: SamplingWire): SamplingParams {
+  return { temperature: s.temperature, topP: s.top_p, topK: s.top_k, engine: s.engine };
+}
+
+/** Sampling parameters as the server recorded them, to send back with the choice. */
+export function samplingToWire(s: SamplingParams): SamplingWire {
+  return { temperature: s.temperature, top_p: s.topP, top_k: s.topK, engine: s.engine };
 }
 
 /** Keys to snake_case: the config objects' fields are all the server's names. */

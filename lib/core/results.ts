@@ -49,12 +49,17 @@ export interface StepMetrics {
   /** The largest such difference of one token (its importance ratio is e to this, at most). */
   samplerLogprobDiffMax?: number;
   /**
-   * Mean importance ratio of the trained tokens in the step's first update, as the loss used it:
-   * exactly 1 with `samplerCorrection: "tis"`; without it, how far the sampler's logprobs put it off 1.
+   * Mean importance ratio of the trained tokens in the step's last gradient step, as the loss used
+   * it: how far the step's earlier gradient steps moved the policy (exactly 1 with one gradient step
+   * and `samplerCorrection: "tis"`; with `none` it includes the sampler's own difference).
    */
   importanceRatioMean?: number;
-  /** The largest such ratio of one token (beyond `1 + epsHigh` it was clipped before the policy moved). */
+  /** The largest such ratio of one token (beyond `1 + epsHigh` it was clipped). */
   importanceRatioMax?: number;
+  /** Tokens the trainer's passes ran per second (prompts and completions, without padding). */
+  trainerTokensPerSecond?: number;
+  /** Completion tokens the step's rollouts sampled per second of their gathering (measured by `trainLoop`/`trainPipeline`). */
+  samplingTokensPerSecond?: number;
   /** Mean truncated importance weight of `samplerCorrection: "tis"` (1: the sampler agreed; 1 without it). */
   samplerWeightMean?: number;
   /**

@@ -5,6 +5,7 @@
  */
 import type OpenAI from "openai";
 import { BadTrajectoryError } from "./errors";
+import { samplingFromWire, samplingToWire } from "./convert";
 import { TokenFields, type TrajectoryWire } from "./wire";
 
 type ChatCompletion = OpenAI.Chat.Completions.ChatCompletion;
@@ -12,6 +13,18 @@ type ChatCompletion = OpenAI.Chat.Completions.ChatCompletion;
 export type MessageParam = OpenAI.Chat.Completions.ChatCompletionMessageParam;
 /** A tool definition as the OpenAI client takes it. */
 export type ToolParam = OpenAI.Chat.Completions.ChatCompletionTool;
+
+/** The sampling parameters a turn was drawn with, as the server recorded them. */
+export interface SamplingParams {
+  /** The temperature (0: greedy). */
+  readonly temperature: number;
+  /** Nucleus sampling's kept mass (1: off). */
+  readonly topP: number;
+  /** Top-k (0: off). */
+  readonly topK: number;
+  /** The engine that sampled it ("hf" or "vllm"). */
+  readonly engine: string;
+}
 
 /** An assistant turn sampled from the model, with what training needs. */
 export interface SampledChoice {
@@ -29,6 +42,8 @@ export interface SampledChoice {
   readonly provenance?: string;
   /** The trained model's step that sampled it (absent for the base model and other endpoints). */
   readonly policyStep?: number;
+  /** The sampling parameters it was drawn with: the trainer scores the turn with them (absent from other endpoints). */
+  readonly sampling?: SamplingParams;
   /** The completion's id: a completion recorded by a rollout and pushed by hand is kept once. */
   readonly completionId?: string;
 }
@@ -64,6 +79,7 @@ export function sampledChoice(completion: ChatCompletion, index = 0): SampledCho
     kind: "choice", choice, promptTokenIds: parsed.data.prompt_token_ids, tokenIds: extra.token_ids, logprobs: logprobs as number[],
     ...(extra.art_provenance ? { provenance: extra.art_provenance } : {}),
     ...(extra.art_policy_step !== undefined ? { policyStep: extra.art_policy_step } : {}),
+    ...(extra.art_sampling ? { sampling: samplingFromWire(extra.art_sampling) } : {}),
     ...(completion.id ? { completionId: completion.id } : {}),
   };
 }
@@ -172,7 +188,8 @@ export class Trajectory {
         ? { kind: "choice", message: assistantMessage(item) as unknown as Record<string, unknown>, prompt_token_ids: item.promptTokenIds,
           token_ids: item.tokenIds, logprobs: item.logprobs, finish_reason: item.choice.finish_reason ?? null,
           ...(item.provenance ? { art_provenance: item.provenance } : {}),
-          ...(item.policyStep !== undefined ? { art_policy_step: item.policyStep } : {}) }
+          ...(item.policyStep !== undefined ? { art_policy_step: item.policyStep } : {}),
+          ...(item.sampling ? { art_sampling: samplingToWire(item.sampling) } : {}) }
         : (item as TrajectoryWire["messages_and_choices"][number])),
       ...(this.tools ? { tools: this.tools } : {}),
       reward: this.reward,

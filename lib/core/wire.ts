@@ -56,6 +56,15 @@ export const ChatMessage = z.object({
 }).passthrough();
 export type ChatMessage = z.infer<typeof ChatMessage>;
 
+/** The sampling parameters a choice was drawn with, as the server records them on it. */
+export const SamplingWire = z.object({
+  temperature: z.number().min(0),
+  top_p: z.number().gt(0).max(1),
+  top_k: z.number().int().min(0),
+  engine: z.string(),
+});
+export type SamplingWire = z.infer<typeof SamplingWire>;
+
 /** A sampled assistant turn, as training takes it: the exact prompt and sampled ids with logprobs. */
 export const SampledChoiceWire = z.object({
   kind: z.literal("choice"),
@@ -68,6 +77,8 @@ export const SampledChoiceWire = z.object({
   art_provenance: z.string().optional(),
   /** The trained model's step that sampled it. */
   art_policy_step: z.number().int().min(0).optional(),
+  /** The sampling parameters it was drawn with: the trainer scores it with them. */
+  art_sampling: SamplingWire.optional(),
 });
 export type SampledChoiceWire = z.infer<typeof SampledChoiceWire>;
 
@@ -91,6 +102,7 @@ export const TokenFields = z.object({
     logprobs: z.object({ content: z.array(z.object({ logprob: z.number().nullable() }).passthrough()).nullable() }).nullable(),
     art_provenance: z.string().optional(),
     art_policy_step: z.number().int().min(0).optional(),
+    art_sampling: SamplingWire.optional(),
   }).passthrough()),
 }).passthrough();
 
@@ -101,6 +113,7 @@ export const SampleFields = z.object({
   logprobs: z.object({ content: z.array(z.object({ logprob: z.number().nullable() }).passthrough()) }),
   art_provenance: z.string().optional(),
   art_policy_step: z.number().int().min(0).optional(),
+  art_sampling: SamplingWire.optional(),
 });
 export type SampleFields = z.infer<typeof SampleFields>;
 

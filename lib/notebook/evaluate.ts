@@ -6,6 +6,7 @@
 import { gatherTrajectories } from "../client/gather";
 import type { Trajectory, TrajectorySource } from "../core/trajectory";
 import { showTable } from "../display/table";
+import { DEFAULT_CONCURRENCY } from "../client/rollout-runner";
 
 /** Mean reward and the mean of every numeric or boolean metric over some trajectories. */
 export interface EvalSummary {
@@ -49,7 +50,7 @@ export type EvalResult = EvalSummary & {
 /** Runs every scenario (functions returning a trajectory) and summarises them under `label`. */
 export async function evaluate(label: string, scenarios: Iterable<TrajectorySource>,
   options: { concurrency?: number; progress?: boolean } = {}): Promise<EvalResult> {
-  const results = await gatherTrajectories(scenarios, { concurrency: options.concurrency ?? 64, progress: options.progress === false ? false : `eval ${label}` });
+  const results = await gatherTrajectories(scenarios, { concurrency: options.concurrency ?? DEFAULT_CONCURRENCY, progress: options.progress === false ? false : `eval ${label}` });
   return Object.assign(summarize(label, results), { results });
 }
 

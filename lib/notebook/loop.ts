@@ -13,6 +13,7 @@ import type { TrajectoryGroup } from "../core/trajectory";
 import { DisplayHandle } from "../display/output";
 import { ProgressLine } from "../display/progress-line";
 import { type ChartMark, plotHistory } from "./history-plot";
+import { DEFAULT_CONCURRENCY } from "../client/rollout-runner";
 
 /** Options of {@link trainLoop}. */
 export interface TrainLoopOptions {
@@ -184,7 +185,7 @@ export async function trainLoop(options: TrainLoopOptions): Promise<TrainLoopRes
       ...(options.maxStepsOffPolicy !== undefined ? { maxStepsOffPolicy: options.maxStepsOffPolicy } : {}),
       ...(options.staleGroups ? { staleGroups: options.staleGroups } : {}),
       ...(options.maxExceptions !== undefined ? { maxExceptions: options.maxExceptions } : {}),
-      concurrency: options.concurrency ?? 64,
+      concurrency: options.concurrency ?? DEFAULT_CONCURRENCY,
       onProgress: (state) => {
         completed = state.stepsDone;
         phase = describeStages(state);

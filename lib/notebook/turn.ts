@@ -15,8 +15,8 @@ export type ScriptedReply = () => string;
 /**
  * Pushes `userContent` as the next user message, gets the reply of `policy` and pushes it too
  * (a sampled choice with its token ids for a model, a plain assistant message for a script).
- * Returns the reply text. A `temperature` other than 1 must also be given to `train` (the trainer
- * computes logprobs at the temperature the tokens were sampled with).
+ * Returns the reply text. The server records the turn's `temperature` on it, and the trainer
+ * scores the turn at that temperature (nothing to repeat in `train`).
  */
 export async function takeTurn(trajectory: Trajectory, userContent: string, policy: ChatModel | ScriptedReply,
   options: { maxTokens: number; seed: number; temperature?: number }): Promise<string> {

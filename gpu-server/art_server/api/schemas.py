@@ -203,6 +203,16 @@ class RegisterRequest(BaseModel):
     lora: LoraConfigIn | None = None
 
 
+class SamplingIn(BaseModel):
+    """The sampling parameters a choice was drawn with, as the server records them (`art_sampling`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    temperature: float = Field(ge=0, le=10, allow_inf_nan=False)
+    top_p: float = Field(gt=0, le=1, allow_inf_nan=False)
+    top_k: int = Field(ge=0, le=MAX_TOKEN_ID)
+    engine: str = Field(min_length=1, max_length=32)
+
+
 class SampledChoice(_Open):
     """An assistant turn sampled from this server: what the trainer trains on."""
 
@@ -219,6 +229,8 @@ class SampledChoice(_Open):
     art_provenance: str | None = Field(None, max_length=256)
     # The trained model's step that sampled it (absent for the base model and hand-built choices).
     art_policy_step: int | None = Field(None, ge=0, le=10**9)
+    # The sampling parameters it was drawn with; the trainer scores it with them (absent: hand-built).
+    art_sampling: SamplingIn | None = None
 
 
 class TrajectoryIn(_Open):
@@ -236,21 +248,35 @@ class GRPOConfigIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     learning_rate: float = Field(5e-6, gt=0, le=1, allow_inf_nan=False)
     loss: Literal["ppo", "cispo"] = "ppo"
-    eps_low: float = Field(0.2, ge=0, le=1, allow_inf_nan=False)
-    eps_high: float = Field(0.28, ge=0, le=10, allow_inf_nan=False)
+    # None: the defaults of the ratio in use (0.2 / 0.28 per token, GSPO's 3e-4 / 4e-4 per sequence).
+    eps_low: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    eps_high: float | None = Field(None, ge=0, le=10, allow_inf_nan=False)
     kl_coef: float = Field(0.0, ge=0, le=100, allow_inf_nan=False)
     scale_rewards: bool = True
     importance_sampling: Literal["token", "sequence"] = "token"
     max_grad_norm: float = Field(1.0, gt=0, le=1e6, allow_inf_nan=False)
     micro_batch_size: int = Field(16, ge=1, le=4096)
     gradient_steps: int = Field(1, ge=1, le=1000)
-    temperature: float = Field(1.0, gt=0, le=10, allow_inf_nan=False)
+    # Overrides the temperature each turn is scored at (by default the one it was sampled with).
+    temperature: float | None = Field(None, gt=0, le=10, allow_inf_nan=False)
     max_sequence_length: int | None = Field(None, ge=1, le=MAX_TOKENS_PER_SEQUENCE)
     sampler_correction: Literal["tis", "none"] = "tis"
     sampler_correction_cap: float = Field(2.0, ge=1, le=1e6, allow_inf_nan=False)
-    length_normalization: Literal["trajectory", "none"] = "trajectory"
+    length_normalization: Literal["trajectory", "token", "constant"] = "trajectory"
+    # The constant of length_normalization "constant" (Dr. GRPO's maximum completion length).
+    normalization_tokens: int = Field(1024, ge=1, le=MAX_TOKENS_PER_SEQUENCE)
     kl_ref_step: int | None = Field(None, ge=0, le=10**9)
     max_steps_off_policy: int | None = Field(None, ge=0, le=10**6)
+
+    @field_validator("length_normalization", mode="before")
+    @classmethod
+    def _renamed_none(cls, value: object) -> object:
+        if value == "none":  # the name of earlier versions, for what was a token mean over the step
+            raise ValueError(
+                '"none" was renamed: it was a token mean over the step, now "token"; for Dr. GRPO\'s '
+                'constant normaliser say "constant" (with normalization_tokens)'
+            )
+        return value
 
 
 class GroupsBody(BaseModel):
@@ -274,6 +300,10 @@ class TrainRequest(GroupsBody):
     # What a pipelined client did with groups too far behind before sending this step (recorded in its metrics).
     stale_groups_dropped: int = Field(0, ge=0, le=10**6)
     stale_groups_retried: int = Field(0, ge=0, le=10**6)
+    # How fast the client's rollouts of this step sampled (its completion tokens over its gathering's
+    # wall time), recorded as sampling_tokens_per_second beside the trainer's own tokens per second.
+    sampled_tokens: int = Field(0, ge=0, le=10**12)
+    sampling_seconds: float = Field(0.0, ge=0, le=10**7, allow_inf_nan=False)
 
 
 class Conversation(_Open):

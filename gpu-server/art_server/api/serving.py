@@ -15,10 +15,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from .. import __version__
+from ..distribution import SamplingParams
 from ..engine.base import EngineError
 from ..models.manager import ModelManager, ModelNotFound
 from ..models.names import NameError_, check_name, split_adapter_name
 from ..models.resolve import existing_folder
+from ..provenance import Stamp
 from .errors import ApiError, error_body
 from .schemas import ChatCompletionRequest, Health, LoadAdapterRequest, ModelList, UnloadAdapterRequest
 
@@ -86,21 +88,21 @@ async def complete_chat(body: ChatCompletionRequest, manager: ModelManager, conf
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-async def _sampling(
-    body: ChatCompletionRequest, manager: ModelManager, config: Any
-) -> tuple[str | None, int | None, dict[str, Any]]:
+async def _sampling(body: ChatCompletionRequest, manager: ModelManager, config: Any) -> tuple[str | None, Stamp, dict[str, Any]]:
     if body.n > config.max_n:
         raise ApiError(400, f"n={body.n} is over this server's limit of {config.max_n} (--max-n)", "invalid_value", "n")
     adapter = await _resolve(manager, body.model)
-    manager.require_engine()
-    # The step that samples this request (bare names resolve to a step above): each choice says it.
+    engine = manager.require_engine()
+    # The step that samples this request (bare names resolve to a step above) and the parameters it
+    # samples with: each choice says both, and the trainer scores it with them.
     policy_step = split_adapter_name(adapter)[1] if adapter is not None else None
-    return adapter, policy_step, body.model_dump(exclude_none=True, mode="json")
+    payload = body.model_dump(exclude_none=True, mode="json")
+    return adapter, (policy_step, SamplingParams.of_request(payload).wire(engine.kind)), payload
 
 
 async def sample_json(body: ChatCompletionRequest, manager: ModelManager, config: Any, receive: Any) -> dict[str, Any]:
     """The tagged `chat.completion` of a request (the other APIs' routes translate it)."""
-    adapter, policy_step, payload = await _sampling(body, manager, config)
+    adapter, stamp, payload = await _sampling(body, manager, config)
     manager.acquire(adapter)  # the adapter stays loaded until this request ends
     this = asyncio.current_task()
     assert this is not None  # a request handler runs as a task
@@ -110,14 +112,14 @@ async def sample_json(body: ChatCompletionRequest, manager: ModelManager, config
     finally:
         watcher.cancel()
         manager.release(adapter)
-    manager.provenance.tag_completion(result, policy_step)
+    manager.provenance.tag_completion(result, stamp)
     return result
 
 
 async def sample_stream(body: ChatCompletionRequest, manager: ModelManager, config: Any) -> AsyncGenerator[dict[str, Any], None]:
     """The tagged `chat.completion.chunk`s of a streamed request. Errors before the first token raise
     here (so they still get a status code); later ones (EngineError) raise from the iterator."""
-    adapter, policy_step, payload = await _sampling(body, manager, config)
+    adapter, stamp, payload = await _sampling(body, manager, config)
     manager.acquire(adapter)
     try:
         stream = manager.require_engine().chat_completion_stream(payload, adapter, next(_request_ids))
@@ -125,7 +127,7 @@ async def sample_stream(body: ChatCompletionRequest, manager: ModelManager, conf
     except BaseException:
         manager.release(adapter)
         raise
-    return _tagged(first, stream, lambda: manager.release(adapter), manager.provenance.stream_tagger(policy_step))
+    return _tagged(first, stream, lambda: manager.release(adapter), manager.provenance.stream_tagger(stamp))
 
 
 async def _tagged(

@@ -107,7 +107,11 @@ async def train(name: str, body: TrainRequest, request: Request) -> StreamingRes
             _dump_groups(body.groups),
             config,
             body.serve_previous_during_training,
-            {"groups_dropped_stale": body.stale_groups_dropped, "groups_retried_stale": body.stale_groups_retried},
+            {
+                "groups_dropped_stale": body.stale_groups_dropped,
+                "groups_retried_stale": body.stale_groups_retried,
+                "sampling_tokens_per_second": body.sampled_tokens / body.sampling_seconds if body.sampling_seconds else 0,
+            },
         )
     )
 

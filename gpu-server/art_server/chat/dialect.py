@@ -3,7 +3,7 @@ rewriting the request as the equivalent chat-completions request (so it renders 
 prompt ids of that request, on either engine) and the sampled chat completion back into the API's
 own shape. The per-sample fields training needs ride along at the top of each answer, named as on a
 chat choice: `prompt_token_ids`, `token_ids`, `logprobs` (`{"content": [...]}`), `art_provenance`,
-`art_policy_step`.
+`art_policy_step`, `art_sampling`.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def sample_fields(completion: dict[str, Any], choice: dict[str, Any]) -> dict[st
         "token_ids": choice.get("token_ids") or [],
         "logprobs": {"content": (choice.get("logprobs") or {}).get("content") or []},
     }
-    for key in ("art_provenance", "art_policy_step"):
+    for key in ("art_provenance", "art_policy_step", "art_sampling"):
         if key in choice:
             fields[key] = choice[key]
     return fields
@@ -151,7 +151,7 @@ class StreamedSample:
         text = self.shown.strip() if calls else self.shown  # as a JSON answer has it
         choice = {
             key: self.finish[key]
-            for key in ("finish_reason", "stop_reason", "art_provenance", "art_policy_step")
+            for key in ("finish_reason", "stop_reason", "art_provenance", "art_policy_step", "art_sampling")
             if key in self.finish
         }
         choice.update(

@@ -1,10 +1,6 @@
 """Next-token sampling for a batch of sequences, each with its own parameters, returning the
 logprob of each sampled token under the distribution it was actually drawn from (after
-temperature, top-k and top-p), which is what the trainer's importance ratio needs.
-
-Temperature 0 means greedy decoding; its logprobs come from the raw logits (temperature 1), not
-from logits divided by a tiny number. A temperature below GREEDY_BELOW is greedy too (as in vLLM):
-dividing float32 logits by 1e-38 overflows to infinities, which sample garbage.
+temperature, top-k and top-p: distribution.py, which the trainer scores with too).
 """
 
 from __future__ import annotations
@@ -13,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-GREEDY_BELOW = 1e-5  # vLLM's _SAMPLING_EPS
+from ..distribution import GREEDY_BELOW, SamplingParams, processed_logprobs, row_tensors
 
 
 @dataclass
@@ -32,34 +28,15 @@ class SampledTokens:
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
 
 
-def processed_logprobs(logits: torch.Tensor, temperature: float, top_p: float = 1.0, top_k: int = 0) -> torch.Tensor:
-    """Log-probabilities of the distribution sampled from, for one row of logits (float32)."""
-    if temperature < GREEDY_BELOW:
-        return torch.log_softmax(logits, dim=-1)
-    scaled = logits / temperature
-    if top_k and 0 < top_k < scaled.shape[-1]:
-        kth = torch.topk(scaled, top_k).values[..., -1, None]
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(scaled, descending=True)
-        probs = torch.softmax(sorted_logits, dim=-1)
-        # Keep the smallest prefix whose mass reaches top_p (always at least the top token).
-        remove = (probs.cumsum(dim=-1) - probs) >= top_p
-        remove[..., 0] = False  # a top_p that rounds to 0 in float32 would otherwise remove every token
-        sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
-        scaled = torch.full_like(scaled, float("-inf")).scatter(-1, order, sorted_logits)
-    return torch.log_softmax(scaled, dim=-1)
-
-
 def sample(logits: torch.Tensor, rows: list[RowParams], generator: torch.Generator | None = None) -> SampledTokens:
     """Samples one token per row of `logits` [B, V]."""
     logits = logits.float()
     out = SampledTokens([], [], [])
-    plain = all(r.temperature == 1.0 and r.top_p >= 1.0 and not r.top_k for r in rows)
-    if plain:
+    params = [SamplingParams(r.temperature, r.top_p, r.top_k) for r in rows]
+    if all(p.plain for p in params):
         logprob_rows = torch.log_softmax(logits, dim=-1)
     else:
-        logprob_rows = torch.stack([processed_logprobs(logits[i], r.temperature, r.top_p, r.top_k) for i, r in enumerate(rows)])
+        logprob_rows = processed_logprobs(logits, *row_tensors(params, logits.device))
     greedy = [i for i, r in enumerate(rows) if r.temperature < GREEDY_BELOW]
     seeded = [i for i, r in enumerate(rows) if r.temperature >= GREEDY_BELOW and r.generator is not None]
     shared = [i for i, r in enumerate(rows) if r.temperature >= GREEDY_BELOW and r.generator is None]

@@ -7,11 +7,11 @@ numbers that say whether training is healthy (loss, grad norm, clip fraction, KL
 
 from __future__ import annotations
 
-import math
+import random
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -21,35 +21,46 @@ from .logprobs import Batch, pad_batch, token_logprobs
 from .lora import LoraHost
 from .loss import group_advantages, grpo_token_loss, truncated_is_weights
 from .parallel import DistributedSync, LocalSync, accumulate, padded
-from .sequences import MissingTokens, Sequence, build_sequences, sampled_turns
+from .sequences import MissingTokens, ScoringNotes, Sequence, build_sequences, sampled_turns, scored_with, scoring_notices
 
 
 @dataclass
 class GRPOConfig:
     learning_rate: float = 5e-6
     loss: str = "ppo"  # ppo | cispo
-    eps_low: float = 0.2
-    eps_high: float = 0.28
+    eps_low: float | None = None  # None: 0.2 for token ratios, 3e-4 for sequence ratios (GSPO's)
+    eps_high: float | None = None  # None: 0.28 for token ratios, 4e-4 for sequence ratios (GSPO's)
     kl_coef: float = 0.0
     scale_rewards: bool = True
     importance_sampling: str = "token"  # token | sequence
     max_grad_norm: float = 1.0
     micro_batch_size: int = 16
     gradient_steps: int = 1
-    temperature: float = 1.0
+    temperature: float | None = None  # overrides each turn's recorded temperature (see sequences.scored_with)
     max_sequence_length: int | None = None
     sampler_correction: str = "tis"  # tis | none (see loss.py)
     sampler_correction_cap: float = 2.0
-    length_normalization: str = "trajectory"  # trajectory | none (Dr. GRPO; see prepare)
+    length_normalization: str = "trajectory"  # trajectory | token | constant (see chunk_weights)
+    normalization_tokens: int = 1024  # the constant of "constant" (Dr. GRPO's maximum completion length)
     kl_ref_step: int | None = None  # the KL penalty's reference: this step's adapter (None: the base model)
     max_steps_off_policy: int | None = None  # groups with a turn sampled further behind are skipped ("stale")
+
+    @property
+    def clip_range(self) -> tuple[float, float]:
+        """(eps_low, eps_high): as given, else the defaults of the ratio in use. A sequence ratio (the
+        exp of a mean log ratio) moves far less than a token's, so GSPO clips it at 3e-4 / 4e-4."""
+        low, high = (3e-4, 4e-4) if self.importance_sampling == "sequence" else (0.2, 0.28)
+        return (self.eps_low if self.eps_low is not None else low, self.eps_high if self.eps_high is not None else high)
 
 
 @dataclass
 class TrainItem:
     sequence: Sequence
     advantage: float
-    weight: float  # per trained token
+    weight: float  # per trained token, set per gradient step (chunk_weights)
+    group: int = 0  # which group of the step it belongs to (a gradient step holds whole groups)
+    trajectory: int = 0  # which trajectory of the step
+    trajectory_tokens: int = 0  # trained tokens of its whole trajectory (all its sequences)
 
 
 @dataclass
@@ -64,6 +75,9 @@ class Prepared:
     skip_details: list[str] = field(default_factory=list)
     # (policy lag, tokens) of each trained sampled turn that says its step (art_policy_step)
     lags: list[tuple[int, int]] = field(default_factory=list)
+    scoring: ScoringNotes = field(default_factory=ScoringNotes)  # turns scored otherwise than recorded
+    notices: list[str] = field(default_factory=list)  # for the step's warning lines
+    seed: int = 0  # the order of groups across gradient steps (the step trained from)
 
     def lag_metrics(self) -> dict[str, float]:
         """Staleness of the trained tokens: how many steps behind the trained step sampled them."""
@@ -102,7 +116,7 @@ def prepare(groups: list[list[dict[str, Any]]], config: GRPOConfig, context_leng
     is the step being trained from (its policy lag is measured from it)."""
     out = Prepared(groups=len(groups))
     limit = config.max_sequence_length or context_length
-    kept: list[tuple[list[Sequence], float]] = []
+    kept: list[tuple[list[Sequence], float, int]] = []  # (sequences, advantage, group) per trajectory
     for g, group in enumerate(groups):
         rewards = [float(t["reward"]) for t in group]
         out.rewards.extend(rewards)
@@ -119,7 +133,7 @@ def prepare(groups: list[list[dict[str, Any]]], config: GRPOConfig, context_leng
             out.skip_details.append(f"group {g}: a turn is {max(lag for lag, _ in lags)} steps behind step {step}")
             continue
         try:
-            built = [build_sequences(sampled_turns(t)) for t in group]
+            built = [build_sequences(scored_with(sampled_turns(t), config.temperature, out.scoring)) for t in group]
         except MissingTokens as error:
             out.skipped["missing_tokens"] += 1
             out.skip_details.append(f"group {g}: {error}")
@@ -130,19 +144,15 @@ def prepare(groups: list[list[dict[str, Any]]], config: GRPOConfig, context_leng
             continue
         for (seqs, splits), advantage in zip(built, group_advantages(rewards, config.scale_rewards)):
             if abs(advantage) > 0 and sum(s.trained_tokens for s in seqs):
-                kept.append((seqs, advantage))
+                kept.append((seqs, advantage, g))
                 out.sequences_split += splits
         out.lags.extend(lags)
-    # "trajectory": each trajectory weighs the same, its tokens share its weight (a long answer's
-    # tokens count less). "none" (Dr. GRPO): every token weighs the same whatever its answer's length
-    # (divided by a constant, not by its own length). train_step rescales each gradient step's
-    # weights to sum to 1 either way; Adam is indifferent to that constant.
-    longest = max((sum(s.trained_tokens for s in seqs) for seqs, _ in kept), default=1)
-    for seqs, advantage in kept:
-        tokens = sum(s.trained_tokens for s in seqs) if config.length_normalization == "trajectory" else longest
-        for s in seqs:
-            out.items.append(TrainItem(s, advantage, 1.0 / tokens / len(kept)))
+    for t, (seqs, advantage, g) in enumerate(kept):
+        tokens = sum(s.trained_tokens for s in seqs)
+        out.items.extend(TrainItem(s, advantage, 0.0, g, t, tokens) for s in seqs)
     out.trajectories_trained = len(kept)
+    out.seed = step
+    out.notices = scoring_notices(out.scoring, config.temperature)
     return out
 
 
@@ -153,10 +163,36 @@ def nothing_trained_reason(p: Prepared) -> str:
     return "nothing to train: " + ("; ".join(parts) if parts else "no trajectory had a non-zero advantage")
 
 
-def _chunks(items: list[Any], n: int) -> list[list[Any]]:
-    n = max(1, min(n, len(items)))
-    size = math.ceil(len(items) / n)
-    return [items[i : i + size] for i in range(0, len(items), size)]
+def gradient_step_chunks(items: list[TrainItem], n: int, seed: int) -> list[list[TrainItem]]:
+    """The items of each gradient step: whole groups (a group's advantages are relative to each
+    other, so its trajectories update together), in an order shuffled by `seed` (the same on every
+    rank and every retry), dealt into at most `n` steps of as near equal group counts as can be."""
+    groups = sorted({it.group for it in items})
+    random.Random(seed).shuffle(groups)
+    n = max(1, min(n, len(groups)))
+    share = {g: k * n // len(groups) for k, g in enumerate(groups)}
+    return [[it for it in items if share[it.group] == k] for k in range(n)]
+
+
+def chunk_weights(chunk: list[TrainItem], mode: str, constant: int) -> list[TrainItem]:
+    """Each token's weight in its gradient step's loss (the loss is the weighted sum over tokens):
+
+    - "trajectory" (GRPO): the mean over trajectories of each one's token mean,
+      1 / (its trained tokens x trajectories in the gradient step); a long answer's tokens count less;
+    - "token" (DAPO's token-level mean): the mean over every trained token of the gradient step,
+      1 / (trained tokens in the gradient step);
+    - "constant" (Dr. GRPO as published): 1 / (trajectories in the gradient step x `constant`), the
+      same for every token of every step, whatever the answers' lengths (`constant` is the
+      configuration's normalization_tokens, Dr. GRPO's maximum completion length)."""
+    trajectories = len({it.trajectory for it in chunk})
+    tokens = sum(it.sequence.trained_tokens for it in chunk)
+    if mode == "trajectory":
+        return [replace(it, weight=1.0 / (it.trajectory_tokens * trajectories)) for it in chunk]
+    if mode == "token":
+        return [replace(it, weight=1.0 / tokens) for it in chunk]
+    if mode == "constant":
+        return [replace(it, weight=1.0 / (trajectories * constant)) for it in chunk]
+    raise ValueError(f"unknown length_normalization {mode!r} (trajectory, token or constant)")
 
 
 def train_step(
@@ -182,9 +218,10 @@ def train_step(
         group["lr"] = config.learning_rate
     totals = Counter()
     started = time.perf_counter()
-    chunks = _chunks(prepared.items, config.gradient_steps)
-    # Renormalise so each gradient step averages over the trajectories it holds (on every rank alike).
-    scales = [1.0 / sum(it.weight * it.sequence.trained_tokens for it in chunk) for chunk in chunks]
+    chunks = [
+        chunk_weights(chunk, config.length_normalization, config.normalization_tokens)
+        for chunk in gradient_step_chunks(prepared.items, config.gradient_steps, prepared.seed)
+    ]
     # This rank's share of each gradient step, with rows of the same prompt side by side: a micro-batch
     # then shares its prompt (run once, see logprobs.py) and holds rows of similar length (little
     # padding). The sum is order-free.
@@ -205,8 +242,11 @@ def train_step(
     # A cancelled step stops between micro-batches; with a sharded base, only where the ranks meet
     # (a rank leaving mid-pass would leave the others waiting for its shard of the weights).
     check = guard.check if not sync.lockstep else (lambda: None)
-    behaviour = _trainer_old_logprobs(host, slot, plan, config, pad_id, check)
+    # The proximal policy's logprobs: the trainer's own before this step's first update (decoupled
+    # PPO's pi_prox; the behaviour policy is the sampler, whose logprobs came with the tokens).
+    proximal = _proximal_logprobs(host, slot, plan, config, pad_id, check)
     start_stats = Counter()  # the first gradient step, before any update
+    last_stats = Counter()  # the last gradient step: how far the policy moved within the step
     for k, micros in enumerate(plan):
         stats = Counter()
         for i, micro in enumerate(micros):
@@ -214,7 +254,7 @@ def train_step(
             with host.lock:
                 host.activate(slot)
                 batch = pad_batch([it.sequence for it in micro], pad_id, host.device)
-                micro_stats = _micro_step(host, slot, batch, micro, config, scales[k], behaviour.get((k, i)), ref_slot)
+                micro_stats = _micro_step(host, slot, batch, micro, config, proximal.get((k, i)), ref_slot)
             if i < real[k]:
                 accumulate(stats, micro_stats)
         guard.check()
@@ -230,7 +270,9 @@ def train_step(
         )
         if k == 0:
             start_stats = stats
-        # The weights were renormalised per gradient step, so these sums are its weighted means.
+        last_stats = stats
+        # The weights sum to 1 over a gradient step ("trajectory", "token"), so these sums are its
+        # weighted means; with "constant" they are sums over the step, scaled by its constant.
         line = {
             "type": "progress",
             "gradient_step": k + 1,
@@ -245,11 +287,13 @@ def train_step(
             "tokens": int(stats["tokens"]),
         }
         accumulate(totals, {k2: v for k2, v in line.items() if k2 in ("loss", "clip_fraction", "approx_kl", "kl_ref", "tokens")})
-        accumulate(totals, {"grad_norm": grad_norm, "entropy": stats["entropy"]})
+        accumulate(totals, {"grad_norm": grad_norm, "entropy": stats["entropy"], "tokens_run": stats["tokens_run"]})
         if progress:
             progress(line)
     n = len(plan)
     start_tokens = max(1, start_stats["tokens"])
+    last_tokens = max(1, last_stats["tokens"])
+    seconds = time.perf_counter() - started
     return {
         "loss": totals["loss"] / n,
         "grad_norm": totals["grad_norm"] / n,
@@ -259,17 +303,21 @@ def train_step(
         "entropy": totals["entropy"] / max(1, totals["tokens"]),
         "tokens_trained": int(totals["tokens"]),
         "gradient_steps": n,
-        "forward_backward_s": time.perf_counter() - started,
+        "forward_backward_s": seconds,
+        # Every token the passes ran (prompts and padding-free suffixes), per second of the step's passes.
+        "trainer_tokens_per_second": totals["tokens_run"] / seconds if seconds > 0 else 0.0,
         # How exactly the trainer sees what the sampler sampled, before the step's first update.
         "sampler_logprob_diff_mean": start_stats["sampler_diff"] / start_tokens,
         "sampler_logprob_diff_max": start_stats["sampler_diff_max"],
-        "importance_ratio_mean": start_stats["ratio"] / start_tokens,
-        "importance_ratio_max": start_stats["ratio_max"],
+        # The ratio new / proximal at the last gradient step: how far the earlier gradient steps moved
+        # the policy (exactly 1 with one gradient step: nothing has moved when it is taken).
+        "importance_ratio_mean": last_stats["ratio"] / last_tokens,
+        "importance_ratio_max": last_stats["ratio_max"],
         "sampler_weight_mean": start_stats["sampler_weight"] / start_tokens,
     }
 
 
-def _trainer_old_logprobs(
+def _proximal_logprobs(
     host: LoraHost, slot: str, plan: list[list[list[TrainItem]]], config: GRPOConfig, pad_id: int, check: Callable[[], None]
 ) -> dict[tuple[int, int], torch.Tensor]:
     """With the sampler correction on, the trainer's own logprobs of every micro-batch before the
@@ -284,7 +332,7 @@ def _trainer_old_logprobs(
             with host.lock, torch.no_grad():
                 host.activate(slot)
                 batch = pad_batch([it.sequence for it in micro], pad_id, host.device)
-                out[(k, i)] = token_logprobs(host.model, batch, config.temperature)[0]
+                out[(k, i)] = token_logprobs(host.model, batch)[0]
     return out
 
 
@@ -294,26 +342,25 @@ def _micro_step(
     batch: Batch,
     micro: list[TrainItem],
     config: GRPOConfig,
-    weight_scale: float,
-    trainer_old: torch.Tensor | None,
+    proximal: torch.Tensor | None,
     ref_slot: str | None,
 ) -> Counter:
     model = host.model
     ref = None
     if config.kl_coef:  # the reference first, then the policy's pass with `slot` active again
         with torch.no_grad(), host.using(ref_slot) if ref_slot else host.base_only():
-            ref, _ = token_logprobs(model, batch, config.temperature)
+            ref, _ = token_logprobs(model, batch)
         host.activate(slot)
     # Per-token tensors in the same flat order as token_logprobs returns them.
     seq_index = batch.token_rows
     sampler = batch.old_logprobs()
     advantages = torch.tensor([it.advantage for it in micro], dtype=torch.float32, device=host.device)[seq_index]
-    weights = torch.tensor([it.weight * weight_scale for it in micro], dtype=torch.float32, device=host.device)[seq_index]
-    new, entropy = token_logprobs(model, batch, config.temperature, with_entropy=True)
+    weights = torch.tensor([it.weight for it in micro], dtype=torch.float32, device=host.device)[seq_index]
+    new, entropy = token_logprobs(model, batch, with_entropy=True)
     assert entropy is not None  # with_entropy=True
     old, sampler_weights = sampler, None
     if config.sampler_correction == "tis":
-        old = new.detach() if trainer_old is None else trainer_old
+        old = new.detach() if proximal is None else proximal
         sampler_weights = truncated_is_weights(old, sampler, config.sampler_correction_cap)
     terms = grpo_token_loss(
         new,
@@ -322,8 +369,8 @@ def _micro_step(
         weights,
         seq_index,
         variant=config.loss,
-        eps_low=config.eps_low,
-        eps_high=config.eps_high,
+        eps_low=config.clip_range[0],
+        eps_high=config.clip_range[1],
         importance_sampling=config.importance_sampling,
         ref_lp=ref,
         kl_coef=config.kl_coef,
@@ -341,6 +388,7 @@ def _micro_step(
             "kl_ref": float(terms.kl_ref),
             "entropy": float(entropy.sum()),
             "tokens": int(new.numel()),
+            "tokens_run": int(batch.prompt_mask.sum()) + int(batch.attention_mask.sum()),
             "sampler_diff": float(diff.sum()),
             "sampler_diff_max": float(diff.max()) if any_tokens else 0.0,
             "ratio": float(terms.ratio.sum()),

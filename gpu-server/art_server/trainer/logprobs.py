@@ -8,6 +8,9 @@
 - **the lm_head runs only where a trained token is predicted**, on the gathered hidden states
   (no logits for padding, prompts or other rows' positions), in chunks, each recomputed in the
   backward pass instead of keeping a [tokens, vocabulary] tensor alive.
+
+Each token is scored under the distribution it was sampled from (its turn's temperature, top-k and
+top-p: distribution.py), so the trainer's logprob of an unchanged policy equals the sampler's.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from ..compat import cache_kwargs, output_cache
+from ..distribution import processed_logprobs, row_tensors
 from .sequences import Sequence
 
 MIN_SHARED_PREFIX = 8  # shorter prompts are not worth a separate forward
@@ -41,6 +45,10 @@ class Batch:
     attention_mask: torch.Tensor  # [B, S]
     predicting: torch.Tensor  # [B, S] bool
     old: torch.Tensor  # [B, S] sampling logprob of suffix token t (0 where untrained)
+    # Per trained token, in token_rows order: the temperature, top_p and top_k it was sampled with.
+    temperature: torch.Tensor  # [N]
+    top_p: torch.Tensor  # [N]
+    top_k: torch.Tensor  # [N]
 
     @property
     def token_rows(self) -> torch.Tensor:
@@ -100,6 +108,8 @@ def pad_batch(seqs: list[Sequence], pad_id: int, device: torch.device) -> Batch:
         old[row, :n] = torch.tensor(s.old_logprobs[cut:], dtype=torch.float32)
     predicting = torch.zeros_like(trained)
     predicting[:, :-1] = trained[:, 1:]
+    rows, cols = predicting.nonzero(as_tuple=True)
+    params = [seqs[r].sampling[cuts[r] + c + 1] for r, c in zip(rows.tolist(), cols.tolist())]
     return Batch(
         prompt_ids.to(device),
         prompt_mask.to(device),
@@ -109,6 +119,7 @@ def pad_batch(seqs: list[Sequence], pad_id: int, device: torch.device) -> Batch:
         mask.to(device),
         predicting.to(device),
         old.to(device),
+        *row_tensors(params, device),
     )
 
 
@@ -148,25 +159,29 @@ def hidden_states(model: Any, batch: Batch) -> torch.Tensor:
 
 
 def _chunk_logprobs(
-    head: Any, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+    head: Any,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: torch.Tensor,
+    top_p: torch.Tensor,
+    top_k: torch.Tensor,
+    with_entropy: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     logits = head(hidden).float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    logp = F.log_softmax(logits, dim=-1)
+    plain = bool(((temperature == 1.0) & (top_p >= 1.0) & (top_k == 0)).all())
+    logp = F.log_softmax(logits, dim=-1) if plain else processed_logprobs(logits, temperature, top_p, top_k, keep=targets)
     picked = logp.gather(-1, targets[:, None]).squeeze(-1)
     if not with_entropy:
         return picked, picked.new_zeros(0)
-    with torch.no_grad():  # a diagnostic only
-        entropy = -(logp.exp() * logp).sum(-1)
+    with torch.no_grad():  # a diagnostic only; xlogy: truncated tokens (p = 0) add 0, not nan
+        entropy = -torch.xlogy(logp.exp(), logp.exp()).sum(-1)
     return picked, entropy
 
 
-def token_logprobs(
-    model: Any, batch: Batch, temperature: float = 1.0, with_entropy: bool = False
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Logprobs (flat, row-major over the trained positions) of each trained token under the model;
-    token t is predicted at position t-1. With `with_entropy`, also the entropy at each position."""
+def token_logprobs(model: Any, batch: Batch, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Logprobs (flat, row-major over the trained positions) of each trained token under the model,
+    each under the distribution its turn was sampled from; token t is predicted at position t-1. With
+    `with_entropy`, also the entropy of that distribution at each position."""
     _, head = _decoder_and_head(model)
     hidden = hidden_states(model, batch)
     rows, cols = batch.predicting.nonzero(as_tuple=True)
@@ -174,11 +189,12 @@ def token_logprobs(
     targets = batch.input_ids[rows, cols + 1]
     picked, entropies = [], []
     for start in range(0, len(targets), LM_HEAD_CHUNK):
-        h, t = gathered[start : start + LM_HEAD_CHUNK], targets[start : start + LM_HEAD_CHUNK]
+        part = slice(start, start + LM_HEAD_CHUNK)
+        args = (gathered[part], targets[part], batch.temperature[part], batch.top_p[part], batch.top_k[part], with_entropy)
         if len(targets) > LM_HEAD_CHUNK and torch.is_grad_enabled():  # recompute in backward: bounded memory
-            lp, ent = checkpoint(_chunk_logprobs, head, h, t, temperature, with_entropy, use_reentrant=False)
+            lp, ent = checkpoint(_chunk_logprobs, head, *args, use_reentrant=False)
         else:
-            lp, ent = _chunk_logprobs(head, h, t, temperature, with_entropy)
+            lp, ent = _chunk_logprobs(head, *args)
         picked.append(lp)
         entropies.append(ent)
     return torch.cat(picked), (torch.cat(entropies) if with_entropy else None)

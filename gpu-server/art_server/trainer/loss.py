@@ -17,6 +17,11 @@ and the current policy's logprob (new):
     kl_t = exp(ref_t - new_t) - (ref_t - new_t) - 1               (k3, against the base or kl_ref_step's adapter)
     loss_t += kl_coef * kl_t
 
+On tokens the current policy sampled, kl_t's mean estimates KL(pi_theta || pi_ref) (GRPO's penalty);
+its gradient, as a loss on those tokens (their sampling not differentiated), is that of
+KL(pi_ref || pi_theta) in expectation, the known property of k3 used as a loss (as in DeepSeek's GRPO).
+The reported approx_kl is k3 of KL(sampling || current): r_t - 1 - log r_t with r_t = exp(new_t - old_t).
+
 The sampler (vLLM's kernels, bf16) does not score tokens exactly as the trainer does, so with
 sampler_correction="tis" (truncated importance sampling) `old` is the trainer's own logprob before
 the step's first update, and the policy term is weighted by how much likelier the trainer finds the
@@ -27,8 +32,9 @@ token than the sampler did, truncated so one token cannot dominate:
 Then the ratio starts at exactly 1 whatever the sampler's precision, and the mismatch (or a sampler
 that ran an older step) is corrected by w_t instead of being clipped as if the policy had moved.
 
-Every trajectory weighs the same: its tokens share weight 1 / (tokens in it), averaged over the
-trajectories in the step.
+The loss is the weighted sum of loss_t over a gradient step's tokens; the weights are the length
+normalisation (grpo.chunk_weights): a mean over trajectories of their token means ("trajectory"), a
+mean over tokens ("token", DAPO's), or a constant ("constant", Dr. GRPO's).
 """
 
 from __future__ import annotations
@@ -106,6 +112,8 @@ def grpo_token_loss(
         kl_ref = (weights * kl_t).sum().detach()
     with torch.no_grad():
         clipped = (weights * ((ratio < 1 - eps_low) | (ratio > 1 + eps_high)).to(weights.dtype)).sum()
-        d_old = (old_lp if sampler_lp is None else sampler_lp) - new_lp
-        approx_kl = (weights * (torch.exp(d_old) - d_old - 1)).sum()
+        # k3 of KL(sampling || current) over tokens drawn by the sampling policy: with r = new / old,
+        # r - 1 - log r (unbiased, never negative; Schulman's estimator).
+        log_r = new_lp - (old_lp if sampler_lp is None else sampler_lp)
+        approx_kl = (weights * (torch.exp(log_r) - 1 - log_r)).sum()
     return LossTerms((weights * per_token).sum(), clipped, approx_kl, kl_ref, ratio.detach())

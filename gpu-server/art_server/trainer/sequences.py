@@ -12,8 +12,12 @@ starts a new sequence with its own prompt as context; `sequences_split` counts t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from ..distribution import SamplingParams
+
+PLAIN = SamplingParams()
 
 
 @dataclass
@@ -23,11 +27,16 @@ class Sequence:
     input_ids: list[int] = field(default_factory=list)
     trained: list[bool] = field(default_factory=list)
     old_logprobs: list[float] = field(default_factory=list)  # aligned with input_ids (0 where untrained)
+    # aligned with input_ids: the distribution each token was sampled from (PLAIN where untrained)
+    sampling: list[SamplingParams] = field(default_factory=list)
 
-    def extend(self, ids: list[int], trained: bool, logprobs: list[float] | None = None) -> None:
+    def extend(
+        self, ids: list[int], trained: bool, logprobs: list[float] | None = None, sampling: SamplingParams = PLAIN
+    ) -> None:
         self.input_ids.extend(ids)
         self.trained.extend([trained] * len(ids))
         self.old_logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+        self.sampling.extend([sampling] * len(ids))
 
     @property
     def trained_tokens(self) -> int:
@@ -39,6 +48,7 @@ class SampledTurn:
     prompt_token_ids: list[int]
     token_ids: list[int]
     logprobs: list[float] | None
+    sampling: SamplingParams | None = None  # as the server recorded it (art_sampling); None: not recorded
 
 
 class MissingTokens(ValueError):
@@ -56,8 +66,53 @@ def sampled_turns(trajectory: dict[str, Any]) -> list[SampledTurn]:
             raise MissingTokens(f"item {k}: the choice has no prompt_token_ids/token_ids")
         if lps is None or len(lps) != len(ids):
             raise MissingTokens(f"item {k}: the choice has {0 if lps is None else len(lps)} logprobs for {len(ids)} tokens")
-        turns.append(SampledTurn(list(prompt), list(ids), list(lps)))
+        recorded = item.get("art_sampling")
+        sampling = SamplingParams(recorded["temperature"], recorded["top_p"], recorded["top_k"]) if recorded else None
+        turns.append(SampledTurn(list(prompt), list(ids), list(lps), sampling))
     return turns
+
+
+@dataclass
+class ScoringNotes:
+    """Turns scored otherwise than recorded, for the step's notices."""
+
+    unrecorded: int = 0  # turns that carry no art_sampling
+    overridden: dict[float, int] = field(default_factory=dict)  # recorded temperature -> turns scored at the override
+
+
+def scored_with(turns: list[SampledTurn], temperature: float | None, notes: ScoringNotes) -> list[SampledTurn]:
+    """Each turn with the parameters it is scored at: as recorded, with the `temperature` override
+    when one is given; a turn with none recorded is scored at the override or at 1, untruncated."""
+    out = []
+    for turn in turns:
+        if turn.sampling is None:
+            notes.unrecorded += 1
+            sampling = SamplingParams(temperature if temperature is not None else 1.0)
+        elif temperature is not None and not turn.sampling.greedy and temperature != turn.sampling.temperature:
+            notes.overridden[turn.sampling.temperature] = notes.overridden.get(turn.sampling.temperature, 0) + 1
+            sampling = replace(turn.sampling, temperature=temperature)
+        else:
+            sampling = turn.sampling
+        out.append(replace(turn, sampling=sampling))
+    return out
+
+
+def scoring_notices(notes: ScoringNotes, temperature: float | None) -> list[str]:
+    lines = []
+    if notes.unrecorded:
+        lines.append(
+            f"{notes.unrecorded} sampled turn(s) carry no art_sampling (pushed by hand, or sampled by a server that does not "
+            f"record it), so the trainer does not know their sampling parameters: scored at temperature "
+            f"{temperature if temperature is not None else 1.0} without top-p/top-k. Sample them through this server's "
+            "OpenAI endpoint (it records them), or give train the temperature they were sampled at"
+        )
+    if notes.overridden:
+        seen = ", ".join(f"{n} at {t:g}" for t, n in sorted(notes.overridden.items()))
+        lines.append(
+            f"temperature {temperature:g} given to train overrides the temperature turns were sampled at ({seen}): their "
+            "importance ratios start away from 1. Leave temperature out to score each turn as it was sampled"
+        )
+    return lines
 
 
 def build_sequences(turns: list[SampledTurn]) -> tuple[list[Sequence], int]:
@@ -74,7 +129,7 @@ def build_sequences(turns: list[SampledTurn]) -> tuple[list[Sequence], int]:
                 splits += 1
             current = Sequence()
             current.extend(turn.prompt_token_ids, trained=False)
-        current.extend(turn.token_ids, trained=True, logprobs=turn.logprobs)
+        current.extend(turn.token_ids, trained=True, logprobs=turn.logprobs, sampling=turn.sampling or PLAIN)
     if current is not None:
         sequences.append(current)
     return sequences, splits

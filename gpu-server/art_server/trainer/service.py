@@ -290,9 +290,10 @@ class TrainingService:
         groups: list[list[dict[str, Any]]],
         config: GRPOConfig,
         serve_previous: bool = False,
-        pipeline: dict[str, int] | None = None,
+        pipeline: dict[str, float] | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
-        """One GRPO step; `pipeline` holds a pipelined client's counts of stale groups (recorded as metrics)."""
+        """One GRPO step; `pipeline` holds what a pipelined client measured (stale groups, sampling
+        throughput), recorded as metrics where not 0."""
         model = self.get(name)
         async with model.lock:
             await self._idle(model)
@@ -323,7 +324,7 @@ class TrainingService:
                 **{k: v for k, v in (pipeline or {}).items() if v},
             }
             yield {"type": "start", "from_step": from_step, "step": new_step, **metrics}
-            for message in warnings:
+            for message in [*warnings, *prepared.notices]:
                 yield {"type": "warning", "message": message}
             row = {"step": from_step, "split": "train", "time": time.time(), "kind": "grpo"}
             async for line in self._run_step(

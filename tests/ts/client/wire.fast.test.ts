@@ -34,9 +34,9 @@ describe("names between the API and the wire", () => {
 
   it("sends the configs in snake_case, enum values included", () => {
     assert.deepEqual(trainConfigToWire({ learningRate: 1e-3, klCoef: 0.1, importanceSampling: "sequence", maxSequenceLength: 512,
-      samplerCorrection: "none", samplerCorrectionCap: 3, lengthNormalization: "none", klRefStep: 2 }),
+      samplerCorrection: "none", samplerCorrectionCap: 3, lengthNormalization: "constant", normalizationTokens: 256, klRefStep: 2 }),
     { learning_rate: 1e-3, kl_coef: 0.1, importance_sampling: "sequence", max_sequence_length: 512, sampler_correction: "none",
-      sampler_correction_cap: 3, length_normalization: "none", kl_ref_step: 2 });
+      sampler_correction_cap: 3, length_normalization: "constant", normalization_tokens: 256, kl_ref_step: 2 });
     assert.deepEqual(sftConfigToWire({ batchSize: 4, trainOn: "lastAssistant", warmupRatio: 0 }),
       { batch_size: 4, train_on: "last_assistant", warmup_ratio: 0 });
   });
@@ -54,6 +54,15 @@ describe("sampled choices", () => {
     const wire = t.toWire().messages_and_choices[1] as Record<string, unknown>;
     assert.equal(wire.art_provenance, "art1:f:s:sig");
     assert.deepEqual([wire.token_ids, wire.logprobs], [[7], [-0.5]]);
+  });
+
+  it("keep the sampling parameters the server recorded, camelCase in the API, and send them back", () => {
+    const sampled = completion(-0.5) as unknown as { choices: Record<string, unknown>[] };
+    sampled.choices[0]!.art_sampling = { temperature: 0.7, top_p: 0.9, top_k: 20, engine: "hf" };
+    const t = new Trajectory({ messagesAndChoices: [{ role: "user", content: "x" }] }).push(sampled as never);
+    assert.deepEqual(t.choices()[0]!.sampling, { temperature: 0.7, topP: 0.9, topK: 20, engine: "hf" });
+    const wire = t.toWire().messages_and_choices[1] as Record<string, unknown>;
+    assert.deepEqual(wire.art_sampling, { temperature: 0.7, top_p: 0.9, top_k: 20, engine: "hf" });
   });
 
   it("without finite logprobs say so, not that token ids are missing", () => {
