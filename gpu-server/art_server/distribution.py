@@ -35,11 +35,6 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature < GREEDY_BELOW
 
-    @property
-    def plain(self) -> bool:
-        """The model's own distribution: no temperature, no truncation (greedy logprobs are plain too)."""
-        return self.greedy or (self.temperature == 1.0 and self.top_p >= 1.0 and not self.top_k)
-
     @classmethod
     def of_request(cls, body: dict[str, Any]) -> SamplingParams:
         """The effective parameters of a chat request (None: the default; top_k -1 or 0: off)."""
@@ -95,7 +90,10 @@ def processed_logprobs(
     `keep` [N] (token ids) is never truncated away: the trainer passes the sampled tokens, so a token
     its own logits would put just outside the nucleus still gets a finite logprob."""
     greedy = temperature < GREEDY_BELOW
-    scaled = logits / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]
+    effective = torch.where(greedy, torch.ones_like(temperature), temperature)
+    # Rows all at temperature 1 (greedy ones included) and untruncated, the common case, cost one
+    # log_softmax, as for the model's own distribution.
+    scaled = logits if bool((effective == 1.0).all()) else logits / effective[:, None]
     removed = truncation_mask(scaled, torch.where(greedy, torch.ones_like(top_p), top_p), torch.where(greedy, 0, top_k))
     if removed is not None:
         if keep is not None:

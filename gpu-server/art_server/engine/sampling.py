@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..distribution import GREEDY_BELOW, SamplingParams, processed_logprobs, row_tensors
+from ..distribution import SamplingParams, processed_logprobs, row_tensors
 
 
 @dataclass
@@ -33,13 +33,10 @@ def sample(logits: torch.Tensor, rows: list[RowParams], generator: torch.Generat
     logits = logits.float()
     out = SampledTokens([], [], [])
     params = [SamplingParams(r.temperature, r.top_p, r.top_k) for r in rows]
-    if all(p.plain for p in params):
-        logprob_rows = torch.log_softmax(logits, dim=-1)
-    else:
-        logprob_rows = processed_logprobs(logits, *row_tensors(params, logits.device))
-    greedy = [i for i, r in enumerate(rows) if r.temperature < GREEDY_BELOW]
-    seeded = [i for i, r in enumerate(rows) if r.temperature >= GREEDY_BELOW and r.generator is not None]
-    shared = [i for i, r in enumerate(rows) if r.temperature >= GREEDY_BELOW and r.generator is None]
+    logprob_rows = processed_logprobs(logits, *row_tensors(params, logits.device))
+    greedy = [i for i, p in enumerate(params) if p.greedy]
+    seeded = [i for i, (p, r) in enumerate(zip(params, rows)) if not p.greedy and r.generator is not None]
+    shared = [i for i, (p, r) in enumerate(zip(params, rows)) if not p.greedy and r.generator is None]
     chosen = torch.empty(len(rows), dtype=torch.long, device=logits.device)
     if greedy:
         chosen[greedy] = torch.argmax(logits[greedy], dim=-1)

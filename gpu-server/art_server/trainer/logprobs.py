@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from ..compat import cache_kwargs, output_cache
@@ -168,8 +167,7 @@ def _chunk_logprobs(
     with_entropy: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     logits = head(hidden).float()
-    plain = bool(((temperature == 1.0) & (top_p >= 1.0) & (top_k == 0)).all())
-    logp = F.log_softmax(logits, dim=-1) if plain else processed_logprobs(logits, temperature, top_p, top_k, keep=targets)
+    logp = processed_logprobs(logits, temperature, top_p, top_k, keep=targets)
     picked = logp.gather(-1, targets[:, None]).squeeze(-1)
     if not with_entropy:
         return picked, picked.new_zeros(0)
