@@ -455,6 +455,9 @@ export class TrainableModel implements ChatModel {
       if ((error instanceof ServerUnreachableError || error instanceof StoppedError) && start?.type === "start") {
         throw await this.stepOutcome(error, start.step);
       }
+      // Stopped before the start line arrived: the server may have begun the step all the same (it
+      // rolls it back when it sees the client gone). Wait for that too, so nothing trains once this returns.
+      if (error instanceof StoppedError) throw await this.stepOutcome(error, undefined);
       throw error;
     }
     const result = events[events.length - 1];
@@ -484,10 +487,11 @@ export class TrainableModel implements ChatModel {
   }
 
   /**
-   * The connection broke (or was aborted) during a step the server had started: the server finishes it
-   * on its own (it commits it whole, or rolls it back whole), so wait for that and say which.
+   * The connection broke (or was aborted) during a step the server had started (`step`: the step it
+   * makes; undefined when its start line had not arrived): the server finishes it on its own (it
+   * commits it whole, or rolls it back whole), so wait for that and say which.
    */
-  private async stepOutcome<E extends ServerUnreachableError | StoppedError>(error: E, step: number): Promise<E> {
+  private async stepOutcome<E extends ServerUnreachableError | StoppedError>(error: E, step: number | undefined): Promise<E> {
     let outcome = "call model.getStep() once the server answers to see whether the step was saved";
     try {
       const deadline = Date.now() + 30_000;
@@ -498,8 +502,8 @@ export class TrainableModel implements ChatModel {
       }
       this.step = info.step;
       if (!info.training) {
-        outcome = info.step >= step
-          ? `the server saved the step before the connection broke: the model is at step ${info.step}`
+        outcome = step === undefined ? `the model is at step ${info.step}`
+          : info.step >= step ? `the server saved the step before the connection broke: the model is at step ${info.step}`
           : `the server rolled the step back: the model is still at step ${info.step}; train again`;
       }
     } catch {

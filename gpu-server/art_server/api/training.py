@@ -5,12 +5,12 @@ checkpoints, delete_checkpoints, and checkpoint files. Steps stream NDJSON: a `s
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
-from fastapi.responses import FileResponse, StreamingResponse
+from fastapi.responses import FileResponse, Response, StreamingResponse
 
 from ..models.manager import BaseModelConflict, ModelNotFound
 from ..models.names import NameError_, check_name
@@ -66,11 +66,16 @@ async def _ndjson(first: dict[str, Any], rest: AsyncIterator[dict[str, Any]]) ->
         )
 
 
-async def _stream(lines: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+async def _stream(lines: AsyncGenerator[dict[str, Any], None], request: Request) -> Response:
     try:
         first = await lines.__anext__()  # validation errors still get a status code
     except ValueError as error:
         raise ApiError(400, str(error), "invalid_value") from None
+    if await request.is_disconnected():
+        # The client left while the step was prepared (a stopped pipeline): never begin it, so a
+        # client that saw its request fail does not find the model training afterwards.
+        await lines.aclose()
+        return Response(status_code=204)
     return StreamingResponse(_ndjson(first, lines), media_type="application/x-ndjson")
 
 
@@ -98,7 +103,7 @@ async def get_model(name: str, request: Request) -> dict[str, Any]:
 
 
 @router.post("/{name}/train", summary="One GRPO step on trajectory groups; streams NDJSON progress, then the result")
-async def train(name: str, body: TrainRequest, request: Request) -> StreamingResponse:
+async def train(name: str, body: TrainRequest, request: Request) -> Response:
     _model(request, name)
     config = GRPOConfig(**body.config.model_dump())
     return await _stream(
@@ -112,15 +117,18 @@ async def train(name: str, body: TrainRequest, request: Request) -> StreamingRes
                 "groups_retried_stale": body.stale_groups_retried,
                 "sampling_tokens_per_second": body.sampled_tokens / body.sampling_seconds if body.sampling_seconds else 0,
             },
-        )
+        ),
+        request,
     )
 
 
 @router.post("/{name}/train_sft", summary="One SFT step (epochs over conversations); streams NDJSON like train")
-async def train_sft(name: str, body: SFTRequest, request: Request) -> StreamingResponse:
+async def train_sft(name: str, body: SFTRequest, request: Request) -> Response:
     _model(request, name)
     conversations = [c.model_dump(mode="json", exclude_none=True) for c in body.conversations]
-    return await _stream(manager_of(request).training.train_sft(name, conversations, SFTConfig(**body.config.model_dump())))
+    return await _stream(
+        manager_of(request).training.train_sft(name, conversations, SFTConfig(**body.config.model_dump())), request
+    )
 
 
 @router.post("/{name}/log", summary="Store trajectory groups (e.g. split 'val') and their metrics at the current step")

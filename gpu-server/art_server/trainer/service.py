@@ -19,7 +19,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -291,7 +291,7 @@ class TrainingService:
         config: GRPOConfig,
         serve_previous: bool = False,
         pipeline: dict[str, float] | None = None,
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """One GRPO step; `pipeline` holds what a pipelined client measured (stale groups, sampling
         throughput), recorded as metrics where not 0."""
         model = self.get(name)
@@ -351,7 +351,9 @@ class TrainingService:
                 yield line
             yield {"type": "result", "step": new_step, "metrics": row}
 
-    async def train_sft(self, name: str, conversations: list[dict[str, Any]], config: SFTConfig) -> AsyncIterator[dict[str, Any]]:
+    async def train_sft(
+        self, name: str, conversations: list[dict[str, Any]], config: SFTConfig
+    ) -> AsyncGenerator[dict[str, Any], None]:
         model = self.get(name)
         async with model.lock:
             await self._idle(model)
