@@ -9,7 +9,8 @@
 "use strict";
 const path = require("node:path");
 const { installCompileTimers } = require("./compile-timers.cjs");
-const { installHistoryReply } = require("./history-reply.cjs");
+const { installCellLines } = require("./cell-lines.cjs");
+const { startKernel } = require("./server.cjs");
 
 const projectRoot = path.resolve(__dirname, "..");
 const connectionArg = process.argv[2];
@@ -21,11 +22,13 @@ const connectionFile = path.resolve(connectionArg); // before chdir: it may be r
 process.chdir(projectRoot);
 process.env.ART_TS_KERNEL = "1";
 process.env.ART_PROJECT_ROOT = projectRoot;
-process.argv = [process.argv[0], require.resolve("tslab/bin/tslab"), "kernel", "--config-path", connectionFile];
 
-// Two repairs of tslab 1.0 internals, each a no-op (with a line on stderr) if tslab changes.
+// Repairs of tslab 1.0 internals, each a no-op (with a line on stderr) if tslab changes.
 const tslabDir = path.dirname(require.resolve("tslab/package.json"));
 const ts = require(require.resolve("@tslab/typescript-for-tslab", { paths: [tslabDir] }));
 if (!installCompileTimers(ts)) console.error("[art] kernel: tslab's compiler host changed; file changes between cells may break the kernel");
-if (!installHistoryReply(require("tslab/dist/jupyter").ZmqServer)) console.error("[art] kernel: tslab's message loop changed; history requests stay unanswered");
-require("tslab/dist/main").main();
+const lines = installCellLines(ts);
+startKernel({ connectionFile, ts, lines }).catch((error) => {
+  console.error("[art] kernel: could not start:", error);
+  process.exit(1);
+});

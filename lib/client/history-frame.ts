@@ -4,6 +4,8 @@
  */
 import { MissingDependencyError } from "../core/errors";
 import type { HistoryRow } from "../core/results";
+import { showsAs } from "../display/output";
+import { tableBundle, type TableInput } from "../display/table";
 
 /** The columns of a history table and its rows as records. */
 export interface HistoryColumns {
@@ -58,5 +60,8 @@ export async function historyFrame(rows: HistoryRow[]): Promise<HistoryFrame> {
       "(or read plain rows with model.historyRows())", { cause: error });
   }
   const { columns, records } = historyColumns(rows);
-  return new dfd.DataFrame(records, { columns });
+  const frame = new dfd.DataFrame(records, { columns });
+  // A danfo frame as a cell's value (this one, or any made after) shows as the project's table.
+  showsAs({ prototype: Object.getPrototypeOf(frame) as TableInput }, (f) => tableBundle(f));
+  return frame;
 }

@@ -20,16 +20,57 @@ export function inNotebook(): boolean {
   return kernelWriter() !== null;
 }
 
-function kernelWriter(): WriteDisplayData | null {
+/** Where the kernel keeps the output writers of the cell that runs (tslab's jupyter module; kernel/server.cjs sets them). */
+interface KernelOutputs {
+  lastWriteDisplayData?: WriteDisplayData | null;
+  lastClearOutput?: ((wait: boolean) => void) | null;
+}
+
+function kernelOutputs(): KernelOutputs | null {
   const underTslab = process.env.ART_TS_KERNEL === "1" || /tslab/.test(process.argv[1] ?? "");
   if (!underTslab) return null;
   try {
-    // tslab keeps the writer of the executing cell on this module; it is null between cells.
-    const jupyter = require("tslab/dist/jupyter") as { lastWriteDisplayData?: WriteDisplayData | null };
-    return jupyter.lastWriteDisplayData ?? null;
+    return require("tslab/dist/jupyter") as KernelOutputs;
   } catch {
     return null;
   }
+}
+
+function kernelWriter(): WriteDisplayData | null {
+  return kernelOutputs()?.lastWriteDisplayData ?? null;
+}
+
+/**
+ * Clears the outputs of the cell that runs (IPython's `clear_output`). With `wait`, the outputs go
+ * only when the next one arrives, so a redraw does not flicker. Returns false outside the project's kernel.
+ */
+export function clearOutput(options: { wait?: boolean } = {}): boolean {
+  const clear = kernelOutputs()?.lastClearOutput;
+  if (!clear) return false;
+  clear(options.wait ?? false);
+  return true;
+}
+
+/**
+ * The method the project's kernel calls on a cell's last value for its rich view (Deno's Jupyter
+ * convention): it returns a MIME bundle, shown as the cell's Out[n] instead of the value's text.
+ */
+export const JUPYTER_DISPLAY: symbol = Symbol.for("Jupyter.display");
+
+/** Gives every instance of `type` a rich view when it is a cell's value (its Out[n] is `bundle(value)`). */
+export function showsAs<T extends object>(type: { prototype: T }, bundle: (value: T) => MimeBundle): void {
+  Object.defineProperty(type.prototype, JUPYTER_DISPLAY, {
+    value(this: T) {
+      return bundle(this);
+    },
+    configurable: true,
+  });
+}
+
+/** Gives one object a rich view when it is a cell's value; not enumerable, so JSON and spreads leave it out. */
+export function withRichView<T extends object>(value: T, bundle: (value: T) => MimeBundle): T {
+  Object.defineProperty(value, JUPYTER_DISPLAY, { value: () => bundle(value), configurable: true });
+  return value;
 }
 
 let displayCounter = 0;

@@ -5,7 +5,7 @@
  */
 import fs from "node:fs";
 import { MissingDependencyError } from "../core/errors";
-import { DisplayHandle, escapeHtml, inNotebook } from "./output";
+import { DisplayHandle, escapeHtml, inNotebook, type MimeBundle, withRichView } from "./output";
 
 /** A plotly figure: traces, layout and config exactly as plotly.js takes them. */
 export interface PlotlyFigure {
@@ -99,10 +99,27 @@ export function showPlotly(figure: PlotlyFigure, handle: DisplayHandle = new Dis
     if (!options.live) console.log(plotlyText(figure));
     return;
   }
-  const html = plotlyHtml(figure, `${handle.id}-${Date.now().toString(36)}`, false);
-  handle.show(options.live ? { "text/html": html, "text/plain": plotlyText(figure) } : {
+  const divId = `${handle.id}-${Date.now().toString(36)}`;
+  handle.show(options.live ? { "text/html": plotlyHtml(figure, divId, false), "text/plain": plotlyText(figure) } : plotlyBundle(figure, divId));
+}
+
+/** A figure's output: the plotly bundle JupyterLab renders, its HTML form and its one-line text. */
+function plotlyBundle(figure: PlotlyFigure, divId: string): MimeBundle {
+  return {
     [PLOTLY_MIME]: { data: figure.data, layout: figure.layout ?? {}, config: figure.config ?? {} },
-    "text/html": html,
+    "text/html": plotlyHtml(figure, divId, false),
     "text/plain": plotlyText(figure),
-  });
+  };
+}
+
+let figureCounter = 0;
+
+/** The figure, drawn as the chart when it is a cell's value (its Out[n]). */
+export function chartValue<T extends PlotlyFigure>(figure: T): T {
+  return withRichView(figure, (f) => plotlyBundle(f, `art-figure-${process.pid}-${Date.now().toString(36)}-${++figureCounter}`));
+}
+
+/** The figure, shown as its one-line description when it is a cell's value (for a figure already drawn). */
+export function drawnChartValue<T extends PlotlyFigure>(figure: T): T {
+  return withRichView(figure, (f) => ({ "text/plain": plotlyText(f) }));
 }

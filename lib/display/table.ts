@@ -2,7 +2,7 @@
  * Tables: records or a danfo DataFrame as an HTML table in a notebook, aligned text elsewhere.
  * @module
  */
-import { displayBundle, escapeHtml } from "./output";
+import { displayBundle, escapeHtml, type MimeBundle } from "./output";
 
 /** Rows of a table: plain objects, or anything with danfo's `columns` and `values`. */
 export type TableInput = ReadonlyArray<Record<string, unknown>> | {
@@ -59,7 +59,12 @@ export function tableHtml(input: TableInput, options: { maxRows?: number; digits
   return `<table class="art-table">${head}<tbody>${body}</tbody></table>${more}`;
 }
 
+/** A table's output: its HTML and its aligned text. */
+export function tableBundle(input: TableInput, options: { maxRows?: number; digits?: TableDigits } = {}): MimeBundle {
+  return { "text/html": tableHtml(input, options), "text/plain": tableText(input, options) };
+}
+
 /** Shows a table (records or a danfo DataFrame) as HTML in a notebook, aligned text elsewhere. */
 export function showTable(input: TableInput, options: { maxRows?: number; digits?: TableDigits } = {}): void {
-  displayBundle({ "text/html": tableHtml(input, options), "text/plain": tableText(input, options) });
+  displayBundle(tableBundle(input, options));
 }

@@ -4,7 +4,7 @@
  */
 import type { HistoryRow } from "../core/results";
 import type { DisplayHandle } from "../display/output";
-import { type PlotlyFigure, showPlotly } from "../display/plotly";
+import { chartValue, drawnChartValue, type PlotlyFigure, showPlotly } from "../display/plotly";
 
 /** A history in any of the shapes this library hands out. */
 export type HistoryInput = HistoryRow[] | {
@@ -143,7 +143,7 @@ export function historyFigure(history: HistoryInput, metrics: string[] = ["rewar
       }
     });
   });
-  return { data, layout };
+  return chartValue({ data, layout }); // as a cell's value, the chart itself
 }
 
 /**
@@ -153,5 +153,5 @@ export function historyFigure(history: HistoryInput, metrics: string[] = ["rewar
 export function plotHistory(history: HistoryInput, metrics: string[] = ["reward"], options: PlotHistoryOptions = {}): PlotlyFigure {
   const figure = historyFigure(history, metrics, options);
   showPlotly(figure, options.chart, { live: options.live });
-  return figure;
+  return drawnChartValue({ ...figure }); // drawn once: as a cell's value it is one line, not a second chart
 }

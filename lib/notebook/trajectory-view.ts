@@ -5,8 +5,8 @@
  * reward table with every rollout folded below it. Outside a notebook both print plain text.
  * @module
  */
-import { isSampledChoice, type MessageOrChoice, type SampledChoice, type Trajectory, type TrajectoryGroup } from "../core/trajectory";
-import { displayBundle, escapeHtml } from "../display/output";
+import { isSampledChoice, type MessageOrChoice, type SampledChoice, Trajectory, TrajectoryGroup } from "../core/trajectory";
+import { displayBundle, escapeHtml, type MimeBundle, showsAs } from "../display/output";
 
 /** Options of {@link showTrajectory}. */
 export interface TrajectoryViewOptions {
@@ -121,11 +121,19 @@ export function trajectoryText(t: Trajectory, options: TrajectoryViewOptions = {
 
 /** Shows a trajectory as a chat transcript (HTML in a notebook, text elsewhere). */
 export function showTrajectory(t: Trajectory, options: TrajectoryViewOptions = {}): void {
-  displayBundle({ "text/html": trajectoryHtml(t, options), "text/plain": trajectoryText(t, options) });
+  displayBundle(trajectoryBundle(t, options));
+}
+
+function trajectoryBundle(t: Trajectory, options: TrajectoryViewOptions = {}): MimeBundle {
+  return { "text/html": trajectoryHtml(t, options), "text/plain": trajectoryText(t, options) };
 }
 
 /** Shows a group: one row per rollout (reward, metrics), each transcript folded below. */
 export function showTrajectoryGroup(group: TrajectoryGroup, options: TrajectoryViewOptions & { max?: number } = {}): void {
+  displayBundle(trajectoryGroupBundle(group, options));
+}
+
+function trajectoryGroupBundle(group: TrajectoryGroup, options: TrajectoryViewOptions & { max?: number } = {}): MimeBundle {
   const shown = group.trajectories.slice(0, options.max ?? 16);
   const mean = group.meanReward();
   const heading = `${options.title ? `${options.title}: ` : ""}${group.trajectories.length} rollouts, mean reward ${formatValue(mean)}` +
@@ -134,5 +142,9 @@ export function showTrajectoryGroup(group: TrajectoryGroup, options: TrajectoryV
     shown.map((t, i) => `<details style="margin:2px 0"><summary>#${i} · ${escapeHtml(summaryLine(t))}</summary>` +
       trajectoryHtml(t, { hideSystem: options.hideSystem }) + "</details>").join("") + "</div>";
   const text = [heading, ...shown.map((t, i) => `#${i} · ${summaryLine(t)}`)].join("\n");
-  displayBundle({ "text/html": html, "text/plain": text });
+  return { "text/html": html, "text/plain": text };
 }
+
+// A cell whose value is a trajectory or a group shows these views as its Out[n].
+showsAs(Trajectory, (t) => trajectoryBundle(t));
+showsAs(TrajectoryGroup, (group) => trajectoryGroupBundle(group));

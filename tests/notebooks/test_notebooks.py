@@ -133,8 +133,10 @@ def test_kernel_check_table_and_progress_line_render_in_place() -> None:
 
 def test_kernel_resolves_lib_from_the_project_root() -> None:
     nb = execute(ROOT / "tests" / "notebooks" / "kernel-check.ipynb")
-    streams = "".join(o.get("text", "") for o in outputs_of(nb) if o.get("output_type") == "stream")
-    assert str(ROOT) in streams, "the kernel did not start in the project root"
+    # The cell ends with `process.cwd()`: its value is the cell's Out[n] (an execute_result), not a stream.
+    results = [o for o in outputs_of(nb) if o.get("output_type") == "execute_result"]
+    assert any(o["data"]["text/plain"] == f"'{ROOT}'" for o in results), results
+    assert all(o.get("execution_count") for o in results), results
 
 
 def test_kernel_keeps_compiling_when_files_change_between_cells() -> None:

@@ -8,6 +8,7 @@ import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { type Browser, chromium, type Page } from "playwright-core";
 import { ARTIFACTS, launchChromium, ROOT, type RunningLab, startLab } from "../support/helpers";
+import { codeCell, editCell, errorOutputs, menu, prompts, runAll, runCell, startCell, waitForKernelIdle } from "../support/lab-page";
 
 const COOKBOOK = ["tictactoe.ipynb", "2048.ipynb", "codenames.ipynb", "sft-then-rl.ipynb", "bring-your-own-agent.ipynb"];
 const STEPS = 4; // tictactoe's training steps in this test (ART_STEPS), beside ART_SMOKE's small groups
@@ -50,58 +51,9 @@ function points(chart: DrawnChart | undefined, split: string, metric: string, sm
   return chart?.traces.find((t) => t.split === split && t.metric === metric && t.smoothed === smoothed)?.points ?? 0;
 }
 
-/** The code cell whose source contains `marker`. */
-function codeCell(page: Page, marker: string) {
-  return page.locator(".jp-CodeCell", { has: page.locator(".jp-InputArea", { hasText: marker }) });
-}
-
-async function waitForKernelIdle(page: Page): Promise<void> {
-  await page.locator(".jp-Notebook").first().waitFor({ timeout: 90_000 });
-  await page.locator(".jp-Toolbar-kernelName", { hasText: "TypeScript (art-ts)" }).first().waitFor({ timeout: 90_000 });
-  await page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').first().waitFor({ timeout: 90_000 });
-}
-
-/** The execution-count prompts of every code cell ("[7]:", "[*]:", "[ ]:"). */
-async function prompts(page: Page): Promise<string[]> {
-  return page.locator(".jp-Notebook .jp-CodeCell .jp-InputPrompt").allTextContents();
-}
-
-async function promptOf(page: Page, marker: string): Promise<string> {
-  return (await codeCell(page, marker).locator(".jp-InputPrompt").first().textContent()) ?? "";
-}
-
-async function errorOutputs(page: Page): Promise<string[]> {
-  const stderr = await page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').allTextContents();
-  return stderr.filter((e) => /Error/.test(e));
-}
-
-/** Replaces the source of the code cell holding `marker` as a user would: click, select all, type. */
 /** The sources of a notebook file's cells. */
 function cellSources(notebook: string): string[] {
   return (JSON.parse(notebook) as { cells: Array<{ source: string | string[] }> }).cells.map((c) => (Array.isArray(c.source) ? c.source.join("") : c.source));
-}
-
-async function editCell(page: Page, marker: string, source: string): Promise<void> {
-  const editor = codeCell(page, marker).locator(".cm-content").first();
-  await editor.scrollIntoViewIfNeeded();
-  await editor.click();
-  await page.keyboard.press("Control+A");
-  await page.keyboard.insertText(source);
-}
-
-/** Runs the code cell holding `marker` (Shift+Enter in its editor) and waits until it has run. */
-async function runCell(page: Page, marker: string, timeoutMs: number): Promise<void> {
-  const before = await promptOf(page, marker);
-  const editor = codeCell(page, marker).locator(".cm-content").first();
-  await editor.scrollIntoViewIfNeeded();
-  await editor.click();
-  await page.keyboard.press("Shift+Enter");
-  for (const deadline = Date.now() + timeoutMs; ;) {
-    const now = await promptOf(page, marker);
-    if (/\[\d+\]/.test(now) && now !== before) return;
-    assert.ok(Date.now() < deadline, `the cell "${marker}" did not finish within ${timeoutMs / 1000} s (prompt ${now})`);
-    await new Promise((r) => setTimeout(r, 500));
-  }
 }
 
 /**
@@ -130,20 +82,6 @@ function churnFiles(everyMs = 1500): { stop(): number } {
 /** The text of the progress line(s) in the outputs of the code cell holding `marker`. */
 async function progressOf(page: Page, marker: string): Promise<string> {
   return (await codeCell(page, marker).locator(".art-progress").allTextContents()).join(" | ");
-}
-
-/** Runs every cell (Run menu) and waits until each code cell has an execution count again. */
-async function runAll(page: Page, timeoutMs: number): Promise<void> {
-  const before = await prompts(page);
-  await page.locator(".lm-MenuBar-itemLabel", { hasText: /^Run$/ }).click();
-  await page.locator(".lm-Menu-itemLabel", { hasText: /^Run All Cells$/ }).click();
-  const codeCells = await page.locator(".jp-CodeCell").count();
-  for (const deadline = Date.now() + timeoutMs; ;) {
-    const texts = await prompts(page);
-    if (texts.length === codeCells && texts.every((t, i) => /\[\d+\]/.test(t) && t !== before[i])) return;
-    assert.ok(Date.now() < deadline, `cells still running after ${timeoutMs / 1000} s: ${texts.join(" ")}`);
-    await new Promise((r) => setTimeout(r, 500));
-  }
 }
 
 describe("the cookbook in JupyterLab", () => {
@@ -175,8 +113,7 @@ describe("the cookbook in JupyterLab", () => {
       const parametersSource = cellSources(fs.readFileSync(path.join(ROOT, "notebooks", "tictactoe.ipynb"), "utf8")).find((s) => s.includes("notebookParams("))!;
       assert.match(parametersSource, /maxStepsOffPolicy: 0,/);
       await editCell(page, "notebookParams(", parametersSource.replace("maxStepsOffPolicy: 0,", "maxStepsOffPolicy: 1,"));
-      await page.locator(".lm-MenuBar-itemLabel", { hasText: /^Run$/ }).click();
-      await page.locator(".lm-Menu-itemLabel", { hasText: /^Run All Cells$/ }).click();
+      await menu(page, "Run", "Run All Cells");
 
       // While training runs, the page's chart must grow: a partial curve is seen (and kept as a screenshot).
       const training = "const run = await trainLoop";
@@ -257,15 +194,12 @@ describe("the cookbook in JupyterLab", () => {
       // maxStepsOffPolicy 1 above): every stage stops, the server goes idle, the model stays at a committed step.
       const trainingSource = cellSources(source).find((s) => s.includes(training))!;
       await editCell(page, training, trainingSource.replace("steps: P.steps,", "steps: 100,"));
-      const editor = codeCell(page, training).locator(".cm-content").first();
-      await editor.click();
-      await page.keyboard.press("Shift+Enter");
+      await startCell(page, training);
       for (const deadline = Date.now() + 300_000; !/ [1-9]\d*\/100 /.test(await progressOf(page, training));) {
         assert.ok(Date.now() < deadline, `the long run did not finish a step within 300 s: ${await progressOf(page, training)}`);
         await new Promise((r) => setTimeout(r, 300));
       }
-      await page.locator(".lm-MenuBar-itemLabel", { hasText: /^Kernel$/ }).click();
-      await page.locator(".lm-Menu-itemLabel", { hasText: /^Interrupt Kernel$/ }).click();
+      await menu(page, "Kernel", "Interrupt Kernel");
       const interruptedAt = await progressOf(page, training);
       await page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').first().waitFor({ timeout: 60_000 });
       const check = "interrupt-check";
