@@ -8,7 +8,7 @@ import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { type Browser, chromium, type Page } from "playwright-core";
 import { ARTIFACTS, launchChromium, ROOT, type RunningLab, startLab } from "../support/helpers";
-import { codeCell, editCell, errorOutputs, menu, prompts, runAll, runCell, startCell, waitForKernelIdle } from "../support/lab-page";
+import { codeCell, editCell, errorOutputs, menu, promptOf, prompts, runAll, runCell, startCell, waitForKernelIdle } from "../support/lab-page";
 
 const COOKBOOK = ["tictactoe.ipynb", "2048.ipynb", "codenames.ipynb", "sft-then-rl.ipynb", "bring-your-own-agent.ipynb"];
 const STEPS = 4; // tictactoe's training steps in this test (ART_STEPS), beside ART_SMOKE's small groups
@@ -200,7 +200,18 @@ describe("the cookbook in JupyterLab", () => {
         await new Promise((r) => setTimeout(r, 300));
       }
       await menu(page, "Kernel", "Interrupt Kernel");
+      const clickedAt = Date.now();
       const interruptedAt = await progressOf(page, training);
+      // The cell ends at once with KeyboardInterrupt (the loop stops at a committed step behind it).
+      while (!/\[\d+\]/.test(await promptOf(page, training))) {
+        assert.ok(Date.now() - clickedAt < 10_000, "the training cell still runs 10 s after Kernel > Interrupt");
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      const endedMs = Date.now() - clickedAt;
+      console.log(`Kernel > Interrupt during training: the cell ended ${endedMs} ms after the menu click`);
+      assert.ok(endedMs < 5000, `the training cell ended ${endedMs} ms after Kernel > Interrupt`);
+      assert.match(await codeCell(page, training).locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').allTextContents()
+        .then((t) => t.join("\n")), /KeyboardInterrupt/);
       await page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]').first().waitFor({ timeout: 60_000 });
       const check = "interrupt-check";
       await editCell(page, metricsCell, `// ${check}: is anything still running on the server after Kernel > Interrupt?
