@@ -111,12 +111,14 @@ async function startKernel({ connectionFile, ts, lines }) {
   const history = new History();
   let executionCount = 0;
   let queue = Promise.resolve();
-  let queued = 0;
-  let abortQueued = false; // a cell failed with stop_on_error: the executes queued behind it are aborted
+  // A cell that fails with stop_on_error aborts the executes received before its failure (queued
+  // behind it, as a Run All sends them), not those sent after it: requests are numbered as received.
+  let received = 0;
+  let abortThrough = 0;
 
-  async function execute(socket, request) {
+  async function execute(socket, request, number) {
     const { code = "", silent = false, store_history = !silent, stop_on_error = true } = request.content;
-    if (abortQueued) {
+    if (number <= abortThrough) {
       await status(request, "busy");
       // As ipykernel answers it: no execution count, so front ends leave the cell's prompt empty.
       await reply(socket, request, "execute_reply", { status: "aborted" });
@@ -167,7 +169,7 @@ async function startKernel({ connectionFile, ts, lines }) {
         : { ename: "Error", evalue: "the cell failed", traceback: ["the cell failed"] };
       if (!silent) await publish(request, "error", error);
       content = { status: "error", execution_count: count, ...error };
-      if (stop_on_error && queued > 0) abortQueued = true;
+      if (stop_on_error) abortThrough = received;
     }
     if (store_history) history.add(count, code, shown);
     await reply(socket, request, "execute_reply", content);
@@ -180,12 +182,9 @@ async function startKernel({ connectionFile, ts, lines }) {
       language_info: LANGUAGE_INFO, banner: `TypeScript ${ts.version} (art-ts, over tslab ${tslabVersion})`,
     }),
     execute_request: (socket, request) => {
-      queued += 1;
-      queue = queue.then(() => execute(socket, request)).catch((error) => {
+      const number = ++received;
+      queue = queue.then(() => execute(socket, request, number)).catch((error) => {
         process.stderr.write(`[art] kernel: an execute request failed: ${error?.stack ?? error}\n`);
-      }).finally(() => {
-        queued -= 1;
-        if (queued === 0) abortQueued = false;
       });
       return queue;
     },
