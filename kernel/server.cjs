@@ -169,7 +169,12 @@ async function startKernel({ connectionFile, ts, lines }) {
         : { ename: "Error", evalue: "the cell failed", traceback: ["the cell failed"] };
       if (!silent) await publish(request, "error", error);
       content = { status: "error", execution_count: count, ...error };
-      if (stop_on_error) abortThrough = received;
+      if (stop_on_error) {
+        // Requests already sent sit in the socket while the cell compiled and ran (it blocks the event
+        // loop): let the receiving loop number them first, as ipykernel flushes its queue on an error.
+        for (let turn = 0; turn < 3; turn++) await new Promise((resolve) => setImmediate(resolve));
+        abortThrough = received;
+      }
     }
     if (store_history) history.add(count, code, shown);
     await reply(socket, request, "execute_reply", content);
