@@ -2,7 +2,8 @@
 // one run (`npm run bench:serve -- --after-training`). Three servers at once: a fresh one, one where
 // 4 models each trained 3 GRPO steps, and the same training with PEFT's own adapter switches
 // (ART_ADAPTER_SWITCH=peft, the engine before engine/adapter_switch.py). Rounds take turns between
-// the servers, so the machine's drift hits all three alike; each row is the median round. Also the
+// the servers, so the machine's drift hits all three alike; tokens/s is the median round, "vs fresh"
+// the median of the per-round ratios to the fresh server. Also the
 // trained model's latest step (`name@3`), served on the trained servers.
 //
 // Prints a table and writes .artifacts/bench/serve-after-training.json.
@@ -78,12 +79,17 @@ export async function afterTraining(options: Options): Promise<void> {
         }
       }
     }
-    console.log(`\nDecode after training: ${options.model}, dtype ${options.dtype}, max_tokens ${options.maxTokens}, ${options.rounds} rounds taking turns, median round\n`);
+    console.log(`\nDecode after training: ${options.model}, dtype ${options.dtype}, max_tokens ${options.maxTokens}, ${options.rounds} rounds taking turns, ` +
+      "tokens/s of the median round, vs fresh the median of the per-round ratios\n");
     console.log(`| server | model served | ${options.levels.map((l) => `tokens/s c=${l}`).join(" | ")} | ${options.levels.map((l) => `vs fresh c=${l}`).join(" | ")} |`);
     console.log(`| --- | --- |${" ---: |".repeat(options.levels.length * 2)}`);
-    const rate = (t: { label: string; served: string }, level: number) => median(rounds.get(`${t.label}|${t.served}|${level}`)!.map((r) => r.tokensPerSecond));
-    const rows = targets.map((t) => ({ ...t, tokensPerSecond: options.levels.map((l) => rate(t, l)),
-      vsFresh: options.levels.map((l) => rate(t, l) / rate(targets[0]!, l)),
+    const rates = (t: { label: string; served: string }, level: number) => rounds.get(`${t.label}|${t.served}|${level}`)!.map((r) => r.tokensPerSecond);
+    // Against the fresh server round by round: a round of each runs back to back, so the pair shares
+    // the machine's drift (±20% over tens of seconds here), which a ratio of two medians does not.
+    const ratios = (t: { label: string; served: string }, level: number) => rates(t, level).map((x, i) => x / rates(targets[0]!, level)[i]!);
+    const rows = targets.map((t) => ({ ...t, tokensPerSecond: options.levels.map((l) => median(rates(t, l))),
+      vsFresh: options.levels.map((l) => median(ratios(t, l))),
+      vsFreshByRound: options.levels.map((l) => ratios(t, l)),
       errors: options.levels.reduce((n, l) => n + rounds.get(`${t.label}|${t.served}|${l}`)!.reduce((e, r) => e + r.errors, 0), 0) }));
     for (const r of rows) {
       console.log(`| ${r.label} | ${r.served} | ${r.tokensPerSecond.map((x) => x.toFixed(1)).join(" | ")} | ${r.vsFresh.map((x) => `${x.toFixed(2)}x`).join(" | ")} |` +

@@ -14,49 +14,78 @@
  * - `lib/display/`: showing things in a notebook, with terminal fallbacks
  * - `lib/core/`: what every layer shares: errors, option checks, trajectories, the wire's schemas
  *
+ * What this file exports, by name, is the package's public API: each name is a promise to users
+ * (`tests/ts/public-api.fast.test.ts` lists them, so adding or removing one is a decision, not a
+ * side effect of a new file). Everything else in lib/ is internal and may change in any release.
+ *
  * Guides: `docs/client.md` (the client), `docs/training.md` (options and metrics).
  * @module
  */
-export * from "./core/errors";
-export * from "./core/options";
-export * from "./core/trajectory";
-export * from "./core/config";
-export * from "./core/results";
+// Models and backends: where a model is served and trained, and the model you call and train.
+export { type Backend, RemoteBackend, type RemoteBackendOptions } from "./client/backend";
+export { LocalBackend, type LocalBackendOptions } from "./client/local-backend";
+export { DEFAULT_BASE_MODEL } from "./client/base-model";
+export {
+  type ChatModel, type Conversation, Model, type ModelOptions, type SamplingThroughput, type StaleGroupCounts, TrainableModel,
+  type TrainableModelOptions, type TrainOptions, type TrainSftOptions,
+} from "./client/model";
+export type { GrpoConfig, LoraConfig, SftConfig, TrainConfig } from "./core/config";
+export type { DeleteCheckpointsResult, HistoryRow, RegisteredModel, StepMetrics, TrainEvent, TrainResult } from "./core/results";
 
-export * from "./display/output";
-export * from "./display/plotly";
-export * from "./display/table";
-export * from "./display/progress-line";
-export * from "./display/notice";
+// Trajectories: what a rollout records, and the groups GRPO compares.
+export {
+  isSampledChoice, type MessageOrChoice, type MessageParam, type SampledChoice, type SamplingParams, type ToolParam, Trajectory,
+  TrajectoryGroup, type TrajectoryInit, type TrajectorySource,
+} from "./core/trajectory";
 
+// Running rollouts in parallel, and training: one step, the pipeline, the notebook's loop.
+export {
+  GatherError, type GatherOptions, type GatherProgress, gatherTrajectories, gatherTrajectoryGroups, retry, type RetryOptions,
+} from "./client/gather";
+export {
+  type PipelineEvalEvent, type PipelineOptions, type PipelineResult, type PipelineState, type PipelineStepEvent,
+  type PipelineTrainEvent, type StageProgress, trainPipeline, type TrainingProgress,
+} from "./client/pipeline";
+export { trainLoop, type TrainLoopOptions, type TrainLoopResult } from "./notebook/loop";
+
+// History: a model's metrics, as rows and as a danfo DataFrame.
+export { type HistoryColumns, historyColumns, type HistoryFrame, historyFrame } from "./client/history-frame";
+
+// Capture: a rollout's calls through any OpenAI-compatible client, recorded into its trajectory.
+export { recordingFetch, type RecordingFetchOptions } from "./capture/recording-fetch";
 export { currentTrajectory, type RecordedRequest } from "./capture/rollout-context";
-export * from "./capture/recording-fetch";
-export * from "./capture/sse-accumulator";
-export * from "./capture/sse-events";
-export * from "./capture/dialect";
-export * from "./capture/responses-dialect";
-export * from "./capture/messages-dialect";
 
-export * from "./client/backend";
-export * from "./client/local-backend";
-export * from "./client/server-command";
-export * from "./client/base-model";
-export * from "./client/model";
-export * from "./client/gather";
-export * from "./client/pipeline";
-export * from "./client/call-scope";
-export * from "./client/history-frame";
+// Integrations: RULER (a judge model scores a group), MCP tools, the Hugging Face Hub.
+export { DEFAULT_RUBRIC, JudgeOutputError, type JudgeScores, type RulerOptions, rulerScoreGroup } from "./integrations/ruler";
+export { type McpClientLike, type McpStdioOptions, type McpToolInfo, type McpToolResult, McpTools } from "./integrations/mcp-tools";
+export {
+  downloadFromHub, type DownloadFromHubOptions, pushToHub, type PushToHubOptions, type PushToHubResult,
+} from "./integrations/hub";
 
-export * from "./integrations/hub";
-export * from "./integrations/ruler";
-export * from "./integrations/mcp-tools";
+// The notebook helpers: parameters, connecting, a turn, evaluation, charts and views, randomness, tags.
+export { notebookParams, ParameterError, type ParamValue, smokeRun } from "./notebook/params";
+export { type ConnectedBackend, connectBackend, type ConnectOptions } from "./notebook/connect";
+export { type ScriptedReply, takeTurn } from "./notebook/turn";
+export { type EvalResult, type EvalSummary, evaluate, showComparison, summarize } from "./notebook/evaluate";
+export { type ChartMark, historyFigure, type HistoryInput, plotHistory, type PlotHistoryOptions } from "./notebook/history-plot";
+export {
+  showTrajectory, showTrajectoryGroup, trajectoryHtml, trajectoryText, type TrajectoryViewOptions,
+} from "./notebook/trajectory-view";
+export { type Random, randomChoice, randomInt, rng, shuffled } from "./notebook/random";
+export { extractTag, parseTagged, type TagParse } from "./notebook/tags";
 
-export * from "./notebook/params";
-export * from "./notebook/connect";
-export * from "./notebook/loop";
-export * from "./notebook/turn";
-export * from "./notebook/evaluate";
-export * from "./notebook/history-plot";
-export * from "./notebook/trajectory-view";
-export * from "./notebook/random";
-export * from "./notebook/tags";
+// Showing things in a notebook (with terminal fallbacks).
+export {
+  clearOutput, displayBundle, DisplayHandle, inNotebook, JUPYTER_DISPLAY, type MimeBundle, showsAs, withRichView,
+} from "./display/output";
+export { type PlotlyFigure, showPlotly } from "./display/plotly";
+export { showTable, type TableDigits, type TableInput } from "./display/table";
+export { ProgressLine, type ProgressMode, type ProgressState } from "./display/progress-line";
+export { notice, type NoticeLevel } from "./display/notice";
+
+// Errors: every error the client throws is an ArtError; catch the kind you can act on.
+export {
+  ArtError, BackendClosedError, BadTrajectoryError, ConfigurationError, HubError, MissingDependencyError, ModelCallError,
+  ModelNotRegisteredError, ServerApiError, ServerCrashedError, ServerProtocolError, ServerUnreachableError, StoppedError,
+  TrainingStepError, UnauthorizedError,
+} from "./core/errors";

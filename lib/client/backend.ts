@@ -106,7 +106,12 @@ export class RemoteBackend implements Backend {
     const response = await this.send("POST", path, body, signal);
     if (!response.body) throw new ServerProtocolError(`${path}: the server answered ${response.status} with no body`);
     const lines: StreamLine[] = [];
-    const reader = readline.createInterface({ input: Readable.fromWeb(response.body as import("node:stream/web").ReadableStream) });
+    const input = Readable.fromWeb(response.body as import("node:stream/web").ReadableStream);
+    // readline stops listening when the loop is left early (an error line, a callback that threw); an
+    // abort after that would error a stream nobody listens to, an uncaught exception that ends the
+    // process. Errors while reading reach the loop through readline; later ones are nobody's news.
+    input.on("error", () => {});
+    const reader = readline.createInterface({ input });
     try {
       for await (const raw of reader) {
         if (!raw.trim()) continue;
@@ -121,6 +126,10 @@ export class RemoteBackend implements Backend {
       if (error instanceof ServerApiError || error instanceof ServerProtocolError) throw error;
       if (signal?.aborted) throw stopped(path, error);
       throw await this.interrupted(path, error);
+    } finally {
+      // Left early, the response may still be open: release it rather than leave it to the server.
+      reader.close();
+      input.destroy();
     }
     return lines;
   }

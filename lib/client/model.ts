@@ -8,7 +8,7 @@ import OpenAI from "openai";
 import { z } from "zod";
 import { recordingFetch } from "../capture/recording-fetch";
 import { runRollout } from "../capture/rollout-context";
-import { type LoraConfig, LoraConfigSchema, type SftConfig, SftConfigSchema, type TrainConfig, TrainConfigSchema } from "../core/config";
+import { type LoraConfig, LoraConfigSchema, type SftConfig, SftConfigSchema, type GrpoConfig, GrpoConfigSchema } from "../core/config";
 import {
   deleteCheckpointsFromWire, historyRowFromWire, loraToWire, metricNameToWire, registeredModelFromWire, sftConfigToWire,
   trainConfigToWire, trainEventFromWire,
@@ -154,7 +154,7 @@ const TrainableModelOptionsSchema = z.object({
 }).strict();
 
 /** Options of {@link TrainableModel.train} beyond the GRPO config. */
-export interface TrainOptions extends TrainConfig {
+export interface TrainOptions extends GrpoConfig {
   /** Keep serving the previous step while this one trains (default: requests wait for the new one). */
   servePreviousDuringTraining?: boolean;
   /** Show a progress line (default true). */
@@ -166,8 +166,8 @@ export interface TrainOptions extends TrainConfig {
    * (rolled back, unless it had already committed; the message says which).
    */
   signal?: AbortSignal;
-  /** What a pipeline did with stale groups before this step (recorded in the step's metrics). */
-  staleGroups?: StaleGroupCounts;
+  /** How many groups a pipeline dropped or gathered again as stale before this step (recorded in the step's metrics). */
+  staleGroupCounts?: StaleGroupCounts;
   /** How fast this step's rollouts sampled (recorded as `samplingTokensPerSecond`; `trainLoop` measures it). */
   sampling?: SamplingThroughput;
 }
@@ -188,12 +188,12 @@ export interface StaleGroupCounts {
   retried: number;
 }
 
-const TrainOptionsSchema = TrainConfigSchema.extend({
+const TrainOptionsSchema = GrpoConfigSchema.extend({
   servePreviousDuringTraining: z.boolean().optional(),
   progress: z.boolean().optional(),
   onEvent: functionOption<(event: TrainEvent) => void>().optional(),
   signal: z.instanceof(AbortSignal, { message: "must be an AbortSignal" }).optional(),
-  staleGroups: z.object({ dropped: z.number().int().min(0), retried: z.number().int().min(0) }).strict().optional(),
+  staleGroupCounts: z.object({ dropped: z.number().int().min(0), retried: z.number().int().min(0) }).strict().optional(),
   sampling: z.object({ tokens: z.number().int().min(0), seconds: z.number().min(0).finite() }).strict().optional(),
 }).strict();
 
@@ -360,7 +360,7 @@ export class TrainableModel implements ChatModel {
    * shows progress, and returns the new step with its metrics.
    */
   async train(groups: TrajectoryGroup[], options: TrainOptions = {}): Promise<TrainResult> {
-    const { servePreviousDuringTraining, progress, onEvent, signal, staleGroups, sampling, ...config } = checkTrainOptions("model.train", options);
+    const { servePreviousDuringTraining, progress, onEvent, signal, staleGroupCounts, sampling, ...config } = checkTrainOptions("model.train", options);
     const wire = toWireGroups(groups, true);
     const flat = groups.filter((g) => g.hasZeroVariance()).length;
     // Shown once per model: a converging (or stuck) run has flat groups step after step, and each
@@ -372,7 +372,7 @@ export class TrainableModel implements ChatModel {
     }
     return this.runStep("train", { groups: wire, config: trainConfigToWire(config),
       serve_previous_during_training: servePreviousDuringTraining ?? false,
-      ...(staleGroups ? { stale_groups_dropped: staleGroups.dropped, stale_groups_retried: staleGroups.retried } : {}),
+      ...(staleGroupCounts ? { stale_groups_dropped: staleGroupCounts.dropped, stale_groups_retried: staleGroupCounts.retried } : {}),
       ...(sampling ? { sampled_tokens: sampling.tokens, sampling_seconds: sampling.seconds } : {}) },
     progress ?? true, onEvent, signal);
   }

@@ -14,7 +14,7 @@ import { Trajectory, TrajectoryGroup, type TrajectorySource } from "../core/traj
 import { withCallScope } from "./call-scope";
 import { GatherError } from "./gather";
 import { DEFAULT_CONCURRENCY, rolloutJobs, runRollouts, Slots } from "./rollout-runner";
-import { checkTrainOptions, type SamplingThroughput, TrainableModel, type TrainOptions } from "./model";
+import { checkTrainOptions, type SamplingThroughput, type StaleGroupCounts, TrainableModel, type TrainOptions } from "./model";
 
 /** Options of {@link trainPipeline}. */
 export interface PipelineOptions {
@@ -25,7 +25,7 @@ export interface PipelineOptions {
   /** The groups of one step, called once per step in order (its argument counts from the model's step at the start). */
   groups: (step: number) => TrajectoryGroup[];
   /** GRPO settings passed to `model.train`. */
-  train?: Omit<TrainOptions, "progress" | "signal" | "staleGroups" | "sampling" | "servePreviousDuringTraining">;
+  train?: Omit<TrainOptions, "progress" | "signal" | "staleGroupCounts" | "sampling" | "servePreviousDuringTraining">;
   /** Every `every` steps (and after the last; and before the first at step 0), run `groups()` at that step and log them as `val`. */
   evaluate?: {
     /** Evaluate every this many steps. */
@@ -148,7 +148,8 @@ export interface PipelineResult {
   staleRetried: number;
 }
 
-const PipelineOptionsSchema = z.object({
+/** @internal The pipeline's option checks; `trainLoop` picks the options it shares from them. */
+export const PipelineOptionsSchema = z.object({
   model: z.instanceof(TrainableModel, { message: "must be a TrainableModel" }),
   steps: z.number().int().min(0).max(1_000_000),
   groups: functionOption<(step: number) => TrajectoryGroup[]>(),
@@ -204,244 +205,294 @@ function oldestStep(group: TrajectoryGroup): number | undefined {
 export async function trainPipeline(options: PipelineOptions): Promise<PipelineResult> {
   parseOptions("trainPipeline", PipelineOptionsSchema, options);
   checkTrainOptions("trainPipeline: option `train`:", options.train);
-  const { model, steps } = options;
-  const k = options.maxStepsOffPolicy ?? 0;
-  const started = performance.now();
-  const slots = new Slots(options.concurrency ?? DEFAULT_CONCURRENCY);
-  const clock = new BusyClock();
-  const stop = new AbortController();
-  const onAbort = () => {
-    const reason: unknown = options.signal?.reason;
-    stop.abort(reason instanceof StoppedError ? reason
-      : new StoppedError("trainPipeline: stopped by its signal; the model stays at its last committed step", { cause: reason }));
-  };
-  if (options.signal?.aborted) onAbort();
-  options.signal?.addEventListener("abort", onAbort, { once: true });
-  const first = await model.getStep();
-  const state: PipelineState = {
-    committedStep: first, stepsDone: 0, steps, gathering: [], queued: [], training: null, evaluating: null,
-    staleDropped: 0, staleRetried: 0,
-  };
-  const report = () => options.onProgress?.(state);
-  // Everything started, so a stop can wait until nothing runs.
-  const running = new Set<Promise<unknown>>();
-  const track = <T>(p: Promise<T>): Promise<T> => {
-    running.add(p);
-    void p.then(() => running.delete(p), () => running.delete(p));
-    return p;
-  };
-  // Wakes whoever waits for the trainer to move on (the gatherer's admission).
-  let moved: () => void = () => {};
-  let movedSignal = new Promise<void>((resolve) => (moved = resolve));
-  const nextMove = () => movedSignal;
-  const announce = () => {
-    moved();
-    movedSignal = new Promise<void>((resolve) => (moved = resolve));
-  };
-  let failure: unknown;
-  const fail = (error: unknown) => {
-    failure ??= error;
-    if (!stop.signal.aborted) stop.abort(error);
-    announce();
-  };
-  // What running requests are aborted with: an AbortError, which every client (openai's, the AI SDK's)
-  // takes for a deliberate abort (no retries), while `failure` keeps why the pipeline stopped.
-  const requests = new AbortController();
-  setMaxListeners(0, requests.signal); // every running request listens to it
-  stop.signal.addEventListener("abort", () => {
-    failure ??= stop.signal.reason;
-    requests.abort(new DOMException("the training pipeline stopped", "AbortError"));
-    announce();
-  }, { once: true });
+  return new PipelineRun(options).run();
+}
 
-  /** Runs one rollout under the shared limit, in a scope whose requests the stop aborts. */
-  const rollout = (source: TrajectorySource, step?: number): Promise<Trajectory> =>
-    slots.run(() => {
-      if (stop.signal.aborted) return Promise.reject(stop.signal.reason);
-      return withCallScope(model, { signal: requests.signal, ...(step !== undefined ? { step } : {}) }, () =>
-        source instanceof Trajectory ? Promise.resolve(source) : typeof source === "function" ? source() : source);
-    });
+/**
+ * One run of {@link trainPipeline}. Three stages share its state: gathering (`gatherStage`: step
+ * i's rollouts start once the trainer is at most k steps behind them), training (`trainStage`: each
+ * step in order, on its gathered groups) and evaluation (`evaluate`: one at a time, pinned to its
+ * step). A stop aborts every stage through `stop`; `run` returns only when nothing runs any more.
+ */
+class PipelineRun {
+  private readonly model: TrainableModel;
+  private readonly k: number;
+  private readonly started = performance.now();
+  private readonly slots: Slots;
+  private readonly clock = new BusyClock();
+  /** Aborted (with the reason) when the pipeline stops, for whatever reason. */
+  private readonly stop = new AbortController();
+  /**
+   * What running requests are aborted with: an AbortError, which every client (openai's, the AI
+   * SDK's) takes for a deliberate abort (no retries), while `failure` keeps why the pipeline stopped.
+   */
+  private readonly requests = new AbortController();
+  private readonly whenStopped: Promise<never>;
+  private failure: unknown;
+  private first = 0;
+  private state!: PipelineState;
+  /** Everything started, so a stop can wait until nothing runs. */
+  private readonly running = new Set<Promise<unknown>>();
+  /** Wakes whoever waits for the trainer to move on (the gatherer's admission). */
+  private moved: () => void = () => {};
+  private movedSignal = new Promise<void>((resolve) => (this.moved = resolve));
+  /** Each step's gathered groups; `ready[i]` resolves once step i's gathering has started. */
+  private readonly batches: Array<Promise<TrajectoryGroup[]>> = [];
+  private readonly admitted: Array<() => void> = [];
+  private readonly ready: Array<Promise<void>>;
+  /** Each batch's gathering, for its step's samplingTokensPerSecond. */
+  private readonly sampling: SamplingThroughput[] = [];
+  private trainedBatches = 0;
+  private evalDone: Promise<void> = Promise.resolve();
+
+  constructor(private readonly options: PipelineOptions) {
+    this.model = options.model;
+    this.k = options.maxStepsOffPolicy ?? 0;
+    this.slots = new Slots(options.concurrency ?? DEFAULT_CONCURRENCY);
+    this.ready = Array.from({ length: options.steps }, (_, i) => new Promise<void>((resolve) => (this.admitted[i] = resolve)));
+    setMaxListeners(0, this.requests.signal); // every running request listens to it
+    this.stop.signal.addEventListener("abort", () => {
+      this.failure ??= this.stop.signal.reason;
+      this.requests.abort(new DOMException("the training pipeline stopped", "AbortError"));
+      this.announce();
+    }, { once: true });
+    this.whenStopped = stopped(this.stop.signal);
+    this.whenStopped.catch(() => {});
+  }
+
+  async run(): Promise<PipelineResult> {
+    const { options } = this;
+    const onAbort = () => {
+      const reason: unknown = options.signal?.reason;
+      this.stop.abort(reason instanceof StoppedError ? reason
+        : new StoppedError("trainPipeline: stopped by its signal; the model stays at its last committed step", { cause: reason }));
+    };
+    if (options.signal?.aborted) onAbort();
+    options.signal?.addEventListener("abort", onAbort, { once: true });
+    this.first = await this.model.getStep();
+    this.state = {
+      committedStep: this.first, stepsDone: 0, steps: options.steps, gathering: [], queued: [], training: null, evaluating: null,
+      staleDropped: 0, staleRetried: 0,
+    };
+    const initialEval = options.evaluate && this.first === 0 ? this.evaluate(0) : Promise.resolve();
+    this.track(this.gatherStage(initialEval).catch((error: unknown) => this.fail(error)));
+    try {
+      await this.trainStage(initialEval);
+      await Promise.race([this.evalDone, this.whenStopped]);
+    } catch (error) {
+      this.fail(error);
+    } finally {
+      options.signal?.removeEventListener("abort", onAbort);
+      this.announce();
+      // Nothing may still run when the pipeline returns: every rollout, step and evaluation has settled.
+      while (this.running.size) await Promise.allSettled([...this.running]);
+    }
+    if (this.failure !== undefined) throw this.failure;
+    const s = this.clock.seconds;
+    return {
+      seconds: (performance.now() - this.started) / 1000, stepsTrained: this.state.stepsDone, firstStep: this.first,
+      rolloutSeconds: s.rollout, trainSeconds: s.train, overlapSeconds: s.overlap, evalSeconds: s.eval,
+      staleDropped: this.state.staleDropped, staleRetried: this.state.staleRetried,
+    };
+  }
+
+  /** The gathering stage: step i's groups start once the trainer is at most k steps behind them. */
+  private async gatherStage(initialEval: Promise<void>): Promise<void> {
+    if (this.k === 0) await initialEval; // synchronous: step 0 is evaluated before its rollouts start
+    for (let i = 0; i < this.options.steps; i++) {
+      while (this.trainedBatches < i - this.k && !this.stopping) await this.movedSignal;
+      if (this.stopping) break;
+      const step = this.first + i;
+      const groups = this.options.groups(step);
+      const progress: StageProgress = { step, done: 0, total: 0, exceptions: 0 };
+      this.state.gathering.push(progress);
+      const gatherStarted = performance.now();
+      this.batches[i] = this.track(this.gather(groups, `step ${step}`, progress, "rollouts").then((gathered) => {
+        const tokens = gathered.reduce((n, g) => n + g.trajectories.reduce((m, t) => m + t.sampledTokens(), 0), 0);
+        this.sampling[i] = { tokens, seconds: (performance.now() - gatherStarted) / 1000 };
+        return gathered;
+      }).finally(() => {
+        this.state.gathering = this.state.gathering.filter((g) => g !== progress);
+        if (!this.stopping) this.state.queued.push(step);
+        this.report();
+      }));
+      this.admitted[i]!();
+      this.report();
+    }
+  }
+
+  /** The training stage: each step in order, on its groups once gathered; evaluations when due. */
+  private async trainStage(initialEval: Promise<void>): Promise<void> {
+    const { options, state } = this;
+    if (this.k === 0) await initialEval;
+    for (let i = 0; i < options.steps; i++) {
+      const step = this.first + i;
+      await Promise.race([this.ready[i]!, this.whenStopped]);
+      const gathered = await Promise.race([this.batches[i]!, this.whenStopped]);
+      if (this.stopping) break;
+      state.queued = state.queued.filter((s) => s !== step);
+      const counts = { dropped: 0, retried: 0 };
+      const groups = await this.freshGroups(gathered, state.committedStep, counts);
+      if (this.stopping) break;
+      const reward = meanReward(groups);
+      // A trajectory without sampled tokens (its agent never got to act) has nothing to train on;
+      // it counts in the step's reward above and is left out of training.
+      for (const group of groups) group.trajectories = group.trajectories.filter((t) => t.choices().length > 0);
+      const trainable = groups.filter((g) => g.trajectories.length > 0);
+      const result = trainable.length ? await this.trainStep(step, trainable, this.sampling[i], counts) : null;
+      if (result) state.committedStep = result.step;
+      state.stepsDone = i + 1;
+      await options.onStep?.({ type: "train", step, reward, result });
+      const due = options.evaluate && ((i + 1) % options.evaluate.every === 0 || i === options.steps - 1);
+      // Synchronous: the evaluation runs before the next step's rollouts start, as it always has.
+      if (due) {
+        const evaluation = this.evaluate(state.committedStep);
+        if (this.k === 0) await evaluation;
+      }
+      this.trainedBatches = i + 1;
+      this.announce();
+      this.report();
+    }
+  }
+
+  /** One GRPO step on `groups`, reporting its gradient steps; rolled back by the server if the pipeline stops. */
+  private async trainStep(step: number, groups: TrajectoryGroup[], sampling: SamplingThroughput | undefined,
+    counts: StaleGroupCounts): Promise<TrainResult> {
+    const { options } = this;
+    this.state.training = { step, gradientStep: 0, gradientSteps: options.train?.gradientSteps ?? 1 };
+    this.report();
+    this.clock.change("training", 1);
+    try {
+      return await this.track(this.model.train(groups, {
+        ...options.train, progress: false, signal: this.requests.signal, ...(sampling ? { sampling } : {}),
+        ...(this.k > 0 ? { maxStepsOffPolicy: this.k, servePreviousDuringTraining: true, staleGroupCounts: counts } : {}),
+        onEvent: (event) => {
+          if (event.type === "progress" && this.state.training) {
+            this.state.training = { step, gradientStep: event.gradientStep, gradientSteps: event.gradientSteps };
+            this.report();
+          }
+          options.train?.onEvent?.(event);
+        },
+      }));
+    } finally {
+      this.clock.change("training", -1);
+      this.state.training = null;
+    }
+  }
+
+  /** The evaluation stage: one evaluation at a time, in order of steps, pinned to its step. */
+  private evaluate(step: number): Promise<void> {
+    const evaluation = this.options.evaluate!;
+    const run = async () => {
+      if (this.stopping) return;
+      const progress = { step, done: 0, total: 0, exceptions: 0 };
+      this.state.evaluating = progress;
+      this.report();
+      try {
+        const groups = await this.model.atStep(step, () => this.gather(evaluation.groups(), `evaluation of step ${step}`, progress, "evals", step));
+        if (this.stopping) return;
+        const row = await this.model.log(groups, { split: "val", step });
+        await this.options.onStep?.({ type: "eval", step, row });
+      } finally {
+        this.state.evaluating = null;
+        this.report();
+      }
+    };
+    this.evalDone = this.track(this.evalDone.then(run)).catch((error: unknown) => this.fail(error));
+    return this.evalDone;
+  }
 
   /** Runs every rollout of `groups`, keeping finished ones in each group in the order they finish. */
-  const gather = async (groups: TrajectoryGroup[], what: string, progress: { done: number; total: number; exceptions: number },
-    stage: "rollouts" | "evals", step?: number): Promise<TrajectoryGroup[]> => {
+  private async gather(groups: TrajectoryGroup[], what: string, progress: { done: number; total: number; exceptions: number },
+    stage: "rollouts" | "evals", step?: number): Promise<TrajectoryGroup[]> {
     const jobs = rolloutJobs(groups);
     progress.total = jobs.length;
     await runRollouts(jobs, {
       start: (source) => {
-        clock.change(stage, 1);
-        return rollout(source, step).catch((error: unknown) => {
+        this.clock.change(stage, 1);
+        return this.rollout(source, step).catch((error: unknown) => {
           // A backend that closed or crashed under a rollout is the pipeline's end, not the environment's exception.
-          const gone = model.backend.unusable?.();
-          if (gone) fail(gone);
+          const gone = this.model.backend.unusable?.();
+          if (gone) this.fail(gone);
           throw error;
-        }).finally(() => clock.change(stage, -1));
+        }).finally(() => this.clock.change(stage, -1));
       },
-      maxExceptions: options.maxExceptions,
+      maxExceptions: this.options.maxExceptions,
       what,
-      stopped: () => stop.signal.aborted,
-      onFailure: (message, errors) => fail(new GatherError(message, errors)),
+      stopped: () => this.stopping,
+      onFailure: (message, errors) => this.fail(new GatherError(message, errors)),
       onSettled: () => {
         progress.exceptions = groups.reduce((n, g) => n + g.exceptions.length, 0);
         progress.done += 1;
-        report();
+        this.report();
       },
     });
     return groups;
-  };
+  }
 
-  // The evaluation stage: one evaluation at a time, in order of steps, pinned to its step.
-  let evalDone: Promise<void> = Promise.resolve();
-  const evaluate = (step: number): Promise<void> => {
-    const evaluation = options.evaluate!;
-    const run = async () => {
-      if (stop.signal.aborted) return;
-      const progress = { step, done: 0, total: 0, exceptions: 0 };
-      state.evaluating = progress;
-      report();
-      try {
-        const groups = await model.atStep(step, () => gather(evaluation.groups(), `evaluation of step ${step}`, progress, "evals", step));
-        if (stop.signal.aborted) return;
-        const row = await model.log(groups, { split: "val", step });
-        await options.onStep?.({ type: "eval", step, row });
-      } finally {
-        state.evaluating = null;
-        report();
-      }
-    };
-    evalDone = track(evalDone.then(run)).catch(fail) as Promise<void>;
-    return evalDone;
-  };
-
-  // The gathering stage: step i's groups start once the trainer is at most k steps behind them.
-  const initialEval = options.evaluate && first === 0 ? evaluate(0) : Promise.resolve();
-  const batches: Array<Promise<TrajectoryGroup[]>> = [];
-  const sampling: SamplingThroughput[] = []; // each batch's gathering, for its step's samplingTokensPerSecond
-  let trainedBatches = 0;
-  const admitted = new Array<() => void>();
-  const batchReady = (i: number) => new Promise<void>((resolve) => (admitted[i] = resolve));
-  const ready = Array.from({ length: steps }, (_, i) => batchReady(i));
-  track((async () => {
-    if (k === 0) await initialEval;  // synchronous: step 0 is evaluated before its rollouts start
-    for (let i = 0; i < steps; i++) {
-      while (trainedBatches < i - k && !stop.signal.aborted) await nextMove();
-      if (stop.signal.aborted) break;
-      const groups = options.groups(first + i);
-      const progress: StageProgress = { step: first + i, done: 0, total: 0, exceptions: 0 };
-      state.gathering.push(progress);
-      const gatherStarted = performance.now();
-      const batch = track(gather(groups, `step ${first + i}`, progress, "rollouts").then((gathered) => {
-        const tokens = gathered.reduce((n, g) => n + g.trajectories.reduce((m, t) => m + t.sampledTokens(), 0), 0);
-        sampling[i] = { tokens, seconds: (performance.now() - gatherStarted) / 1000 };
-        return gathered;
-      }).finally(() => {
-        state.gathering = state.gathering.filter((g) => g !== progress);
-        if (!stop.signal.aborted) state.queued.push(first + i);
-        report();
-      }));
-      batches[i] = batch;
-      admitted[i]!();
-      report();
-    }
-  })().catch(fail));
+  /** Runs one rollout under the shared limit, in a scope whose requests the stop aborts. */
+  private rollout(source: TrajectorySource, step?: number): Promise<Trajectory> {
+    return this.slots.run(() => {
+      if (this.stopping) return Promise.reject(this.stop.signal.reason);
+      return withCallScope(this.model, { signal: this.requests.signal, ...(step !== undefined ? { step } : {}) }, () =>
+        source instanceof Trajectory ? Promise.resolve(source) : typeof source === "function" ? source() : source);
+    });
+  }
 
   /** A group too far behind: gathered again once (retry), or left out; counted either way. */
-  const freshGroups = async (groups: TrajectoryGroup[], committed: number, counts: { dropped: number; retried: number }) => {
+  private async freshGroups(groups: TrajectoryGroup[], committed: number, counts: StaleGroupCounts): Promise<TrajectoryGroup[]> {
     const kept: TrajectoryGroup[] = [];
     for (const group of groups) {
       const oldest = oldestStep(group);
-      if (k === 0 || oldest === undefined || committed - oldest <= k) {
+      if (this.k === 0 || oldest === undefined || committed - oldest <= this.k) {
         kept.push(group);
         continue;
       }
       const rerunnable = group.sources.every((s) => typeof s === "function");
-      if (options.staleGroups === "retry" && rerunnable) {
+      if (this.options.staleGroups === "retry" && rerunnable) {
         counts.retried += 1;
-        state.staleRetried += 1;
+        this.state.staleRetried += 1;
         const again = new TrajectoryGroup(group.sources);
-        await gather([again], `step ${committed} (gathered again: it was ${committed - oldest} steps behind)`,
+        await this.gather([again], `step ${committed} (gathered again: it was ${committed - oldest} steps behind)`,
           { done: 0, total: 0, exceptions: 0 }, "rollouts");
         const now = oldestStep(again);
-        if (now === undefined || committed - now <= k) {
+        if (now === undefined || committed - now <= this.k) {
           kept.push(again);
           continue;
         }
       }
       counts.dropped += 1;
-      state.staleDropped += 1;
+      this.state.staleDropped += 1;
     }
     return kept;
-  };
-
-  const whenStopped = stopped(stop.signal);
-  whenStopped.catch(() => {});
-  try {
-    if (k === 0) await initialEval;
-    for (let i = 0; i < steps; i++) {
-      const step = first + i;
-      await Promise.race([ready[i]!, whenStopped]);
-      const gathered = await Promise.race([batches[i]!, whenStopped]);
-      if (stop.signal.aborted) break;
-      state.queued = state.queued.filter((s) => s !== step);
-      const counts = { dropped: 0, retried: 0 };
-      const groups = await freshGroups(gathered, state.committedStep, counts);
-      if (stop.signal.aborted) break;
-      const reward = meanReward(groups);
-      // A role that never got to act (e.g. an operative whose spymaster broke the rules) has a
-      // trajectory without sampled tokens: there is nothing to train on it, so it is left out.
-      for (const group of groups) group.trajectories = group.trajectories.filter((t) => t.choices().length > 0);
-      const trainable = groups.filter((g) => g.trajectories.length > 0);
-      let result: TrainResult | null = null;
-      if (trainable.length) {
-        state.training = { step, gradientStep: 0, gradientSteps: options.train?.gradientSteps ?? 1 };
-        report();
-        clock.change("training", 1);
-        try {
-          result = await track(model.train(trainable, {
-            ...options.train, progress: false, signal: requests.signal, sampling: sampling[i],
-            ...(k > 0 ? { maxStepsOffPolicy: k, servePreviousDuringTraining: true, staleGroups: counts } : {}),
-            onEvent: (event) => {
-              if (event.type === "progress" && state.training) {
-                state.training = { step, gradientStep: event.gradientStep, gradientSteps: event.gradientSteps };
-                report();
-              }
-              options.train?.onEvent?.(event);
-            },
-          }));
-        } finally {
-          clock.change("training", -1);
-          state.training = null;
-        }
-        state.committedStep = result.step;
-      }
-      state.stepsDone = i + 1;
-      await options.onStep?.({ type: "train", step, reward, result });
-      const due = options.evaluate && ((i + 1) % options.evaluate.every === 0 || i === steps - 1);
-      // Synchronous: the evaluation runs before the next step's rollouts start, as it always has.
-      if (due) {
-        const evaluation = evaluate(state.committedStep);
-        if (k === 0) await evaluation;
-      }
-      trainedBatches = i + 1;
-      announce();
-      report();
-    }
-    await Promise.race([evalDone, whenStopped]);
-  } catch (error) {
-    fail(error);
-  } finally {
-    options.signal?.removeEventListener("abort", onAbort);
-    announce();
-    // Nothing may still run when the pipeline returns: every rollout, step and evaluation has settled.
-    while (running.size) await Promise.allSettled([...running]);
   }
-  if (failure !== undefined) throw failure;
-  const s = clock.seconds;
-  return {
-    seconds: (performance.now() - started) / 1000, stepsTrained: state.stepsDone, firstStep: first,
-    rolloutSeconds: s.rollout, trainSeconds: s.train, overlapSeconds: s.overlap, evalSeconds: s.eval,
-    staleDropped: state.staleDropped, staleRetried: state.staleRetried,
-  };
+
+  private get stopping(): boolean {
+    return this.stop.signal.aborted;
+  }
+
+  /** Stops the pipeline with `error` (the first one wins). */
+  private fail(error: unknown): void {
+    this.failure ??= error;
+    if (!this.stopping) this.stop.abort(error);
+    this.announce();
+  }
+
+  /** Wakes the gatherer waiting for the trainer. */
+  private announce(): void {
+    this.moved();
+    this.movedSignal = new Promise<void>((resolve) => (this.moved = resolve));
+  }
+
+  private track<T>(p: Promise<T>): Promise<T> {
+    this.running.add(p);
+    void p.then(() => this.running.delete(p), () => this.running.delete(p));
+    return p;
+  }
+
+  private report(): void {
+    this.options.onProgress?.(this.state);
+  }
 }
 
 function stopped(signal: AbortSignal): Promise<never> {

@@ -26,7 +26,7 @@ export const LoraConfigSchema = z.object({
 }).strict();
 
 /** GRPO settings of one training step (the server's defaults apply to what is left out). */
-export interface TrainConfig {
+export interface GrpoConfig {
   /** Adam learning rate, above 0 and at most 1 (default 5e-6; LoRA on small models likes 1e-4 to 1e-3). */
   learningRate?: number;
   /** `ppo` (clipped ratio, default) or `cispo` (clipped importance weights, no dead tokens). */
@@ -87,8 +87,11 @@ export interface TrainConfig {
   maxStepsOffPolicy?: number;
 }
 
-/** @internal The zod schema that checks a {@link TrainConfig} (the interface documents each field). */
-export const TrainConfigSchema = z.object({
+/** @deprecated The former name of {@link GrpoConfig}; it will be removed in a later release. */
+export type TrainConfig = GrpoConfig;
+
+/** @internal The zod schema that checks a {@link GrpoConfig} (the interface documents each field). */
+export const GrpoConfigSchema = z.object({
   learningRate: z.number().gt(0).max(1).optional(),
   loss: z.enum(["ppo", "cispo"]).optional(),
   epsLow: z.number().min(0).max(1).optional(),
@@ -148,7 +151,7 @@ export const SftConfigSchema = z.object({
 type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
 const inStep: [
   Same<z.output<typeof LoraConfigSchema>, LoraConfig>,
-  Same<z.output<typeof TrainConfigSchema>, TrainConfig>,
+  Same<z.output<typeof GrpoConfigSchema>, GrpoConfig>,
   Same<z.output<typeof SftConfigSchema>, SftConfig>,
 ] = [true, true, true];
 void inStep;

@@ -4,7 +4,7 @@
  * renamed: the metric names your trajectories carry cross both ways unchanged.
  * @module
  */
-import type { LoraConfig, SftConfig, TrainConfig } from "./config";
+import type { GrpoConfig, LoraConfig, SftConfig } from "./config";
 import { camelCase, snakeCase } from "./options";
 import type { DeleteCheckpointsResult, HistoryRow, RegisteredModel, StepMetrics, TrainEvent } from "./results";
 import type { SamplingParams } from "./trajectory";
@@ -91,7 +91,7 @@ export function loraToWire(lora: LoraConfig): Record<string, unknown> {
   return keysToWire(lora);
 }
 
-export function trainConfigToWire(config: TrainConfig): Record<string, unknown> {
+export function trainConfigToWire(config: GrpoConfig): Record<string, unknown> {
   return keysToWire(config);
 }
 

@@ -32,19 +32,30 @@ export function editDistance(a: string, b: string): number {
 }
 
 /**
- * The valid name closest to `name`: its camelCase form first (options are camelCase), then the
- * nearest by edit distance, case ignored, when it is close enough to be a typo.
+ * The known name closest to `name`, or undefined when none is close enough to be a likely typo. One
+ * rule for option names and environment variables alike: names are compared with case, `_` and `-`
+ * ignored (`learning_rate` is `learningRate`, `ART_LEARNIGN_RATE` is near `ART_LEARNING_RATE`),
+ * then by edit distance; a name inside another (`ART_STEPS` in `ART_RL_STEPS`) also counts as near.
  */
-export function nearestName(name: string, known: readonly string[]): string | undefined {
-  const camel = camelCase(name);
-  const exact = known.find((k) => k === camel || k.toLowerCase() === name.toLowerCase() || k.toLowerCase() === camel.toLowerCase());
-  if (exact) return exact;
+export function nearestName(name: string, known: Iterable<string>): string | undefined {
+  const plain = (s: string) => s.toLowerCase().replace(/[_-]/g, "");
+  const wanted = plain(name);
   let best: { name: string; distance: number } | undefined;
   for (const candidate of known) {
-    const distance = editDistance(camel.toLowerCase(), candidate.toLowerCase());
-    if (!best || distance < best.distance) best = { name: candidate, distance };
+    const other = plain(candidate);
+    if (other === wanted) return candidate;
+    const distance = editDistance(wanted, other);
+    const near = distance <= Math.max(2, Math.floor(other.length / 3)) || inside(wanted, other);
+    if (near && (!best || distance < best.distance)) best = { name: candidate, distance };
   }
-  return best && best.distance <= Math.max(2, Math.floor(best.name.length / 3)) ? best.name : undefined;
+  return best?.name;
+}
+
+/** One name inside the other (4 letters at least), a shared `ART_` prefix aside: `ART_STEPS` in `ART_RL_STEPS`. */
+function inside(a: string, b: string): boolean {
+  const [x, y] = a.startsWith("art") && b.startsWith("art") ? [a.slice(3), b.slice(3)] : [a, b];
+  const [short, long] = x.length <= y.length ? [x, y] : [y, x];
+  return short.length >= 4 && long.includes(short);
 }
 
 /** An http(s) URL option. */

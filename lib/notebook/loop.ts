@@ -5,65 +5,37 @@
  */
 import { z } from "zod";
 import { checkTrainOptions, TrainableModel } from "../client/model";
-import { type PipelineOptions, type PipelineResult, type PipelineState, trainPipeline } from "../client/pipeline";
+import { type PipelineOptions, PipelineOptionsSchema, type PipelineResult, type PipelineState, trainPipeline } from "../client/pipeline";
 import { StoppedError } from "../core/errors";
-import { functionOption, parseOptions } from "../core/options";
+import { parseOptions } from "../core/options";
 import type { HistoryRow } from "../core/results";
-import type { TrajectoryGroup } from "../core/trajectory";
 import { DisplayHandle } from "../display/output";
 import { ProgressLine } from "../display/progress-line";
 import { type ChartMark, plotHistory } from "./history-plot";
-import { DEFAULT_CONCURRENCY } from "../client/rollout-runner";
 
-/** Options of {@link trainLoop}. */
-export interface TrainLoopOptions {
-  /** The model to train (registered). */
-  model: TrainableModel;
-  /** Training steps to run (from the model's current step). */
-  steps: number;
-  /** The groups of one step: each group's rollouts share a scenario, so GRPO can compare them. */
-  groups: (step: number) => TrajectoryGroup[];
-  /** GRPO settings (learning rate, ...) passed to `model.train`. */
-  train?: PipelineOptions["train"];
-  /** Every `every` steps (and after the last), run `groups()` and log them as split `val`. */
-  evaluate?: {
-    /** Evaluate every this many steps. */
-    every: number;
-    /** The evaluation's groups (the same scenarios each time, for a fair curve). */
-    groups: () => TrajectoryGroup[];
-  };
-  /**
-   * Steps the rollouts may run ahead of training (default 0: gather, train, evaluate, in turn). With
-   * 1 or 2 the next steps' rollouts run while a step trains, and evaluations run beside training.
-   */
-  maxStepsOffPolicy?: number;
-  /** What happens to a group further behind than `maxStepsOffPolicy`: `"drop"` (default) or `"retry"`. */
-  staleGroups?: "drop" | "retry";
-  /** Rollouts of a step that may throw before the loop stops: a count, or a fraction below 1 (default 0). */
-  maxExceptions?: number;
+/** The options `trainLoop` shares with {@link trainPipeline}, passed on as they are. */
+type SharedOptions = "model" | "steps" | "groups" | "train" | "evaluate" | "maxStepsOffPolicy" | "staleGroups" | "maxExceptions" | "concurrency";
+
+/**
+ * Options of {@link trainLoop}: those of {@link trainPipeline} that a notebook sets (the model,
+ * steps, groups, GRPO settings, evaluation, off-policy steps, exceptions, concurrency, a stop
+ * signal), and the chart's.
+ */
+export interface TrainLoopOptions extends Pick<PipelineOptions, SharedOptions> {
   /** Metrics drawn on the live chart (default `["reward"]`). */
   metrics?: string[];
-  /** Rollouts running at once (default 64). */
-  concurrency?: number;
   /** A chart to redraw (default: a new one below the cell). */
   chart?: DisplayHandle;
   /** Stops the loop (as Kernel > Interrupt does in a notebook): the model stays at its last committed step. */
   signal?: AbortSignal;
 }
 
-const TrainLoopOptionsSchema = z.object({
-  model: z.instanceof(TrainableModel, { message: "must be a TrainableModel" }),
-  steps: z.number().int().min(0).max(1_000_000),
-  groups: functionOption<(step: number) => TrajectoryGroup[]>(),
-  train: z.record(z.string(), z.unknown()).optional(),
-  evaluate: z.object({ every: z.number().int().min(1), groups: functionOption<() => TrajectoryGroup[]>() }).strict().optional(),
-  maxStepsOffPolicy: z.number().int().min(0).max(1000).optional(),
-  staleGroups: z.enum(["drop", "retry"]).optional(),
-  maxExceptions: z.number().min(0).optional(),
+const TrainLoopOptionsSchema = PipelineOptionsSchema.pick({
+  model: true, steps: true, groups: true, train: true, evaluate: true, maxStepsOffPolicy: true, staleGroups: true,
+  maxExceptions: true, concurrency: true, signal: true,
+}).extend({
   metrics: z.array(z.string().min(1)).min(1).optional(),
-  concurrency: z.number().int().min(1).max(100_000).optional(),
   chart: z.instanceof(DisplayHandle, { message: "must be a DisplayHandle" }).optional(),
-  signal: z.instanceof(AbortSignal, { message: "must be an AbortSignal" }).optional(),
 }).strict();
 
 /** What a loop did: the history rows at its end, wall time, the chart it drew and the re-runs marked on it. */
@@ -178,14 +150,9 @@ export async function trainLoop(options: TrainLoopOptions): Promise<TrainLoopRes
       plot(history, true);
       draw();
     };
+    const { metrics: _metrics, chart: _chart, signal: _signal, ...shared } = options;
     pipeline = await trainPipeline({
-      model, steps, groups: options.groups, signal: controller.signal,
-      ...(options.train ? { train: options.train } : {}),
-      ...(options.evaluate ? { evaluate: options.evaluate } : {}),
-      ...(options.maxStepsOffPolicy !== undefined ? { maxStepsOffPolicy: options.maxStepsOffPolicy } : {}),
-      ...(options.staleGroups ? { staleGroups: options.staleGroups } : {}),
-      ...(options.maxExceptions !== undefined ? { maxExceptions: options.maxExceptions } : {}),
-      concurrency: options.concurrency ?? DEFAULT_CONCURRENCY,
+      ...shared, signal: controller.signal,
       onProgress: (state) => {
         completed = state.stepsDone;
         phase = describeStages(state);

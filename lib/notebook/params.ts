@@ -5,7 +5,7 @@
  * @module
  */
 import { ArtError } from "../core/errors";
-import { editDistance } from "../core/options";
+import { nearestName } from "../core/options";
 import { notice } from "../display/notice";
 import { showTable } from "../display/table";
 
@@ -58,19 +58,6 @@ export const PROJECT_VARIABLES: ReadonlySet<string> = new Set([
   "ART_HARDWARE", "ART_TEST_TIER", "ART_ADAPTER_SWITCH",
 ]);
 
-/** The candidate closest to `name` when it is close enough to be a likely typo or a near name, else undefined. */
-export function closestName(name: string, candidates: Iterable<string>): string | undefined {
-  let best: { candidate: string; score: number } | undefined;
-  for (const candidate of candidates) {
-    const score = 1 - editDistance(name, candidate) / Math.max(name.length, candidate.length);
-    // A name inside the other (ART_STEPS in ART_RL_STEPS) counts as close, whatever the length.
-    const contained = candidate.includes(name.replace(/^ART_/, "_")) || name.includes(candidate.replace(/^ART_/, "_"));
-    const adjusted = contained ? Math.max(score, 0.7) : score;
-    if (adjusted >= 0.6 && (!best || adjusted > best.score)) best = { candidate, score: adjusted };
-  }
-  return best?.candidate;
-}
-
 /** True when `ART_SMOKE` asks for the short configuration. */
 export function smokeRun(env: NodeJS.ProcessEnv = process.env): boolean {
   return /^(1|true|yes|on)$/i.test(env.ART_SMOKE ?? "");
@@ -111,7 +98,7 @@ export function notebookParams<T extends Record<string, ParamValue>>(defaults: T
   const variables = new Map(Object.keys(defaults).map((key) => [envName(key), key]));
   for (const name of Object.keys(env).filter((n) => n.startsWith("ART_")).sort()) {
     if (variables.has(name) || PROJECT_VARIABLES.has(name)) continue;
-    const close = closestName(name, variables.keys());
+    const close = nearestName(name, variables.keys());
     notice(`${name} is set, but no parameter of this notebook reads it` +
       (close ? `: did you mean ${close} (${variables.get(close)})?` : ` (its parameters are in the table below)`), { seen: new Set() });
   }

@@ -2,7 +2,7 @@
 // split anywhere (tool-call fragments, token ids, logprobs), and nothing from a broken stream.
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { SseAccumulator } from "../../../lib/index";
+import { SseAccumulator } from "../../../lib/capture/sse-accumulator";
 
 describe("the SSE accumulator", () => {
   it("rebuilds a completion from chunks split anywhere, with tool-call fragments, token ids and logprobs", () => {

@@ -12,8 +12,6 @@ import {
   gatherTrajectoryGroups,
   LocalBackend,
   Model,
-  judgeMessages,
-  judgeRetryMessage,
   downloadFromHub,
   plotHistory,
   pushToHub,
@@ -27,6 +25,7 @@ import {
   trainLoop,
   UnauthorizedError,
 } from "../../../lib/index";
+import { judgeMessages, judgeRetryMessage } from "../../../lib/integrations/ruler";
 import { randomBoard, rng, rollout } from "../../../examples/toy-task";
 import { startHubStandIn } from "../support/hub-standin";
 

@@ -42,11 +42,6 @@ async function named(body: () => Promise<void>): Promise<void> {
   }
 }
 
-// This file's stop test has failed about once in ten runs under load with `{}`: an AbortError
-// (DOMException, which the runner shows as `{}`) raised as an uncaught exception outside the test's
-// code, from inside undici while requests are aborted. Name it in the output when it happens.
-process.on("uncaughtException", (error) => console.log(`uncaught exception during a test: ${errorText(error)}`));
-
 function trainRows(rows: HistoryRow[]): HistoryRow[] {
   return rows.filter((r) => r.split === "train").sort((a, b) => a.step - b.step);
 }

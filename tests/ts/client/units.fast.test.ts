@@ -1,7 +1,8 @@
 // Pure parts of the client, without a server: judge replies, retry, gathering limits.
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import { GatherError, gatherTrajectories, gatherTrajectoryGroups, parseJudgeReply, retry, Trajectory, TrajectoryGroup } from "../../../lib/index";
+import { GatherError, gatherTrajectories, gatherTrajectoryGroups, retry, Trajectory, TrajectoryGroup } from "../../../lib/index";
+import { parseJudgeReply } from "../../../lib/integrations/ruler";
 
 describe("parseJudgeReply", () => {
   it("finds the JSON inside prose or code fences and validates it", () => {

@@ -4,9 +4,10 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { metricNameToWire, metricsFromWire, sftConfigToWire, trainConfigToWire } from "../../../lib/core/convert";
+import { checkTrainOptions } from "../../../lib/client/model";
+import { nearestName } from "../../../lib/core/options";
 import {
-  checkTrainOptions, ConfigurationError, LocalBackend, Model, nearestName, RemoteBackend, retry, rulerScoreGroup,
-  TrainableModel, Trajectory, TrajectoryGroup,
+  ConfigurationError, LocalBackend, Model, RemoteBackend, retry, rulerScoreGroup, TrainableModel, Trajectory, TrajectoryGroup,
 } from "../../../lib/index";
 
 /** The ConfigurationError `run` throws (it must throw one). */
@@ -75,6 +76,8 @@ describe("options", () => {
     assert.equal(nearestName("learning_rate", ["learningRate", "loss"]), "learningRate");
     assert.equal(nearestName("concurency", ["concurrency", "progress"]), "concurrency");
     assert.equal(nearestName("zzz", ["concurrency", "progress"]), undefined);
+    assert.equal(nearestName("KL_COEF", ["klCoef", "loss"]), "klCoef");
+    assert.equal(nearestName("steps", ["rlSteps", "loss"]), "rlSteps");
     assert.match(await configurationError(() => checkTrainOptions("model.train", { kl_coef: 0.1 })),
       /^model\.train: unknown option `kl_coef`; did you mean `klCoef`\?/);
     assert.match(await configurationError(() => new TrainableModel({ name: "a", project: "b", lora: { target_modules: ["q_proj"] } } as never)),

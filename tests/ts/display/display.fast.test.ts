@@ -1,9 +1,11 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
-import {
-  formatProgress, historyFigure, inNotebook, notice, noticeHtml, PLOTLY_STATIC_PATH, plotlyHtml, ProgressLine, smooth, tableHtml, tableText,
-  Trajectory, trajectoryHtml, trajectoryText,
-} from "../../../lib/index";
+import { historyFigure, inNotebook, notice, ProgressLine, Trajectory, trajectoryHtml, trajectoryText } from "../../../lib/index";
+import { noticeHtml } from "../../../lib/display/notice";
+import { PLOTLY_STATIC_PATH, plotlyHtml } from "../../../lib/display/plotly";
+import { formatProgress } from "../../../lib/display/progress-line";
+import { tableHtml, tableText } from "../../../lib/display/table";
+import { smooth } from "../../../lib/notebook/history-plot";
 
 /** Runs `fn` with process.stdout.write captured; returns what it wrote, chunk by chunk. */
 function captureStdout(fn: () => void): string[] {

@@ -5,7 +5,10 @@ import { describe, it } from "node:test";
 import { z } from "zod";
 import fs from "node:fs";
 import path from "node:path";
-import { closestName, envName, extractTag, notebookParams, ParameterError, PROJECT_VARIABLES, tableText, parseTagged, randomChoice, randomInt, rng, shuffled, summarize, takeTurn, Trajectory } from "../../../lib/index";
+import { extractTag, notebookParams, ParameterError, parseTagged, randomChoice, randomInt, rng, shuffled, summarize, takeTurn, Trajectory } from "../../../lib/index";
+import { tableText } from "../../../lib/display/table";
+import { nearestName } from "../../../lib/core/options";
+import { envName, PROJECT_VARIABLES } from "../../../lib/notebook/params";
 
 describe("notebookParams", () => {
   const defaults = { baseModel: "builtin:tiny", steps: 100, learningRate: 1e-2, fresh: true };
@@ -46,8 +49,9 @@ describe("notebookParams", () => {
     assert.equal(lines.filter((l) => l.includes("ART_STEPS")).length, 2, lines.join("\n"));
     assert.match(lines.find((l) => l.includes("ART_STEPS"))!, /did you mean ART_RL_STEPS \(rlSteps\)\?/);
     assert.ok(!lines.some((l) => /ART_SERVER_URL|ART_SMOKE/.test(l)), "the project's own variables are not parameters to suggest");
-    assert.equal(closestName("ART_LEARNIGN_RATE", ["ART_LEARNING_RATE", "ART_STEPS"]), "ART_LEARNING_RATE");
-    assert.equal(closestName("ART_DEVICE_X", ["ART_STEPS"]), undefined);
+    assert.equal(nearestName("ART_LEARNIGN_RATE", ["ART_LEARNING_RATE", "ART_STEPS"]), "ART_LEARNING_RATE");
+    assert.equal(nearestName("ART_DEVICE_X", ["ART_STEPS"]), undefined);
+    assert.equal(nearestName("ART_SEED", ["ART_EVAL_SEED", "ART_STEPS"]), "ART_EVAL_SEED");
   });
   it("knows every ART_ variable the server and the project's tools read", () => {
     const root = path.resolve(__dirname, "../../..");
