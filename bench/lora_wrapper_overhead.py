@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from art_server.engine import adapter_switch
+from art_server.core import adapter_switch
 from art_server.models.resolve import resolve_base_model
 
 BATCH, PROMPT, STEPS, ROUNDS, ADAPTERS = 8, 70, 30, 5, 12

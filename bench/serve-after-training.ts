@@ -1,7 +1,7 @@
 // The base model's decode speed on a server where models have trained, against a fresh server, in
 // one run (`npm run bench:serve -- --after-training`). Three servers at once: a fresh one, one where
 // 4 models each trained 3 GRPO steps, and the same training with PEFT's own adapter switches
-// (ART_ADAPTER_SWITCH=peft, the engine before engine/adapter_switch.py). Rounds take turns between
+// (ART_ADAPTER_SWITCH=peft, the engine before core/adapter_switch.py). Rounds take turns between
 // the servers, so the machine's drift hits all three alike; tokens/s is the median round, "vs fresh"
 // the median of the per-round ratios to the fresh server. Also the
 // trained model's latest step (`name@3`), served on the trained servers.

@@ -13,11 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-from art_server.allocator import keep_freed_memory
 from art_server.chat.prompt import prompt_token_ids
-from art_server.engine.hf import _seed_generator, load_hf_engine
-from art_server.engine.sampling import RowParams
-from art_server.engine.scheduler import FinishEvent, Sequence
+from art_server.core.allocator import keep_freed_memory
+from art_server.engine.hf.engine import _seed_generator, load_hf_engine
+from art_server.engine.hf.sampling import RowParams
+from art_server.engine.hf.scheduler import FinishEvent, Sequence
 from art_server.models.resolve import resolve_base_model
 
 

@@ -99,7 +99,7 @@ def as_groups(data: list[dict]) -> list[list[dict]]:
 def bench_ours(base_path: Path, data: list[dict], steps: int, dtype: str) -> dict:
     from transformers import AutoModelForCausalLM
 
-    from art_server.models.trainable import LoraSpec, make_optimizer
+    from art_server.service.trainable import LoraSpec, make_optimizer
     from art_server.trainer.grpo import GRPOConfig, prepare, train_step
     from art_server.trainer.lora import LoraHost
 
@@ -402,7 +402,7 @@ def main() -> None:
         help="only the cookbook step on vLLM, sharing the cores with the trainer vs each on its own core",
     )
     a = p.parse_args()
-    from art_server.allocator import keep_freed_memory
+    from art_server.core.allocator import keep_freed_memory
     from art_server.models.resolve import resolve_base_model
 
     keep_freed_memory()  # as the server does at start

@@ -95,8 +95,8 @@ def sync(device: torch.device) -> None:
 
 def serve(scheduler, vocab: int, concurrency: int, prompt_tokens: int, new_tokens: int) -> dict:
     """`concurrency` sequences at once through the engine's continuous-batching scheduler."""
-    from art_server.engine.sampling import RowParams
-    from art_server.engine.scheduler import FinishEvent, Sequence
+    from art_server.engine.hf.sampling import RowParams
+    from art_server.engine.hf.scheduler import FinishEvent, Sequence
 
     rng = random.Random(concurrency)
     done = threading.Semaphore(0)
@@ -208,9 +208,9 @@ def main() -> None:
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / ".artifacts" / "gpu-check"))
     a = p.parse_args()
-    from art_server.allocator import keep_freed_memory
-    from art_server.engine.runner import HFModelRunner
-    from art_server.engine.scheduler import BatchScheduler
+    from art_server.core.allocator import keep_freed_memory
+    from art_server.engine.hf.runner import HFModelRunner
+    from art_server.engine.hf.scheduler import BatchScheduler
 
     keep_freed_memory()
     device = torch.device(a.device)

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .allocator import keep_freed_memory
-from .config import CONFIG_ERROR_PREFIX, CONFIG_EXIT_CODE, ServerConfig, parse_args
+from .core.allocator import keep_freed_memory
+from .core.config import CONFIG_ERROR_PREFIX, CONFIG_EXIT_CODE, ServerConfig, parse_args
 from .engine.base import EngineError
 from .preflight import ConfigError, check_config
 from .store.atomic import sweep_abandoned_builds

@@ -10,7 +10,7 @@ import shlex
 import tempfile
 from pathlib import Path
 
-from .config import CHOICES, ServerConfig
+from .core.config import CHOICES, ServerConfig
 from .models.resolve import ModelNotFound, did_you_mean, locate_base_model
 
 
@@ -55,7 +55,7 @@ def check_config(config: ServerConfig) -> None:
 def check_vllm_installed(config: ServerConfig) -> None:
     """vLLM runs as its own process, so its launcher is what must exist; vLLM itself reports the rest."""
     from . import hardware
-    from .engine.vllm import vllm_argv
+    from .engine.vllm.engine import vllm_argv
 
     if vllm_argv(config.vllm_command) is not None:
         return
@@ -75,8 +75,8 @@ def check_vllm_installed(config: ServerConfig) -> None:
 
 def check_placement(config: ServerConfig) -> None:
     """--inference-devices places vLLM; the hf engine serves from the trainer's own model."""
-    from .devices import DeviceError
-    from .engine.vllm_placement import plan_placement
+    from .core.devices import DeviceError
+    from .engine.vllm.placement import plan_placement
 
     if config.engine == "hf":
         raise ConfigError(

@@ -1,4 +1,4 @@
-"""engine/adapter_switch.py: choosing the adapter of a forward pass without PEFT's per-switch cost
+"""core/adapter_switch.py: choosing the adapter of a forward pass without PEFT's per-switch cost
 gives exactly PEFT's own answers, and leaves the trainer's state (active slot, requires_grad) as it
 was. Fails if a PEFT release stops reading the attributes the switch sets."""
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from art_server.engine import adapter_switch
+from art_server.core import adapter_switch
 from art_server.trainer.lora import LoraHost
 
 pytestmark = pytest.mark.fast

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from art_server.chat import messages_api, responses_api
+from art_server.api.dialects import messages_api, responses_api
 
 from conftest import ServerProcess, start_server
 from dialects import CALL, events, messages_body, responses_body, three_apis

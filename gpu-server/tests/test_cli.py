@@ -9,9 +9,9 @@ import sys
 import httpx
 import pytest
 
-from art_server.config import ServerConfig, parse_args
-from art_server.models.manager import BaseModelConflict, ModelManager, ModelNotFound
+from art_server.core.config import ServerConfig, parse_args
 from art_server.models.resolve import resolve_base_model
+from art_server.service.manager import BaseModelConflict, ModelManager, ModelNotFound
 
 from conftest import start_server
 

@@ -161,7 +161,7 @@ def test_length_normalization_trajectory_token_and_constant_weigh_tokens_as_publ
 def test_the_old_name_none_is_refused_with_what_to_say_instead():
     from pydantic import ValidationError
 
-    from art_server.api.schemas import GRPOConfigIn
+    from art_server.trainer.grpo import GRPOConfig as GRPOConfigIn
 
     with pytest.raises(ValidationError, match=r'now "token".*"constant"'):
         GRPOConfigIn.model_validate({"length_normalization": "none"})

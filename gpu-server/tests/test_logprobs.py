@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from art_server.distribution import SamplingParams
-from art_server.models.trainable import LoraSpec
+from art_server.core.distribution import SamplingParams
+from art_server.service.trainable import LoraSpec
 from art_server.trainer import logprobs
 from art_server.trainer.lora import LoraHost
 from art_server.trainer.sequences import Sequence

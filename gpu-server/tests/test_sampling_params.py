@@ -2,7 +2,7 @@
 
 The server records them on each choice (`art_sampling`: temperature, top_p, top_k, the engine), on
 all three APIs, beside the choice's provenance tag; the trainer scores each turn under that
-turn's own distribution (temperature, then top-k/top-p truncation, distribution.py). So on an fp32
+turn's own distribution (temperature, then top-k/top-p truncation, core/distribution.py). So on an fp32
 model the first update's trainer/sampler gap is rounding, whatever the rollouts were sampled with
 and without `temperature` given to train. Before this, one step trained without `temperature`
 measured gaps of 0.84 (rollouts at 0.6), 0.32 (1.4) and 0.33 (0.8, top_p 0.9)."""

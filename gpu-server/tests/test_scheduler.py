@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from art_server.engine.hf import _seed_generator, load_hf_engine
-from art_server.engine.sampling import RowParams
-from art_server.engine.scheduler import FinishEvent, Sequence
+from art_server.engine.hf.engine import _seed_generator, load_hf_engine
+from art_server.engine.hf.sampling import RowParams
+from art_server.engine.hf.scheduler import FinishEvent, Sequence
 
 pytestmark = pytest.mark.fast  # no server process (docs/development.md#tiers)
 

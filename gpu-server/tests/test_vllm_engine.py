@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from art_server.config import ServerConfig
+from art_server.core.config import ServerConfig
 from art_server.engine.base import EngineError
-from art_server.engine.vllm import VLLMEngine, vllm_argv
+from art_server.engine.vllm.engine import VLLMEngine, vllm_argv
 
 from conftest import configuration_error, start_server
 
@@ -138,7 +138,7 @@ def test_cuda_gets_sleep_mode_and_a_memory_share_a_cpu_gets_a_dtype_kv_cache_spa
 
 @pytest.mark.fast
 def test_the_launcher_is_the_vllm_cli_or_the_cpu_builds_module(monkeypatch, tmp_path):
-    from art_server.engine import vllm
+    from art_server.engine.vllm import engine as vllm
 
     assert vllm_argv(STANDIN_COMMAND)[-1] == "serve"  # a program gets vLLM's `serve` subcommand
     assert vllm_argv(f"{sys.executable} -m vllm.entrypoints.openai.api_server")[1:] == [

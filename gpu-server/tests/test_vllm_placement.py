@@ -13,10 +13,10 @@ from typing import Any
 import httpx
 import pytest
 
-from art_server.config import ServerConfig
-from art_server.devices import DeviceError
-from art_server.engine.vllm import VLLMEngine
-from art_server.engine.vllm_placement import parallel_sizes, plan_placement
+from art_server.core.config import ServerConfig
+from art_server.core.devices import DeviceError
+from art_server.engine.vllm.engine import VLLMEngine
+from art_server.engine.vllm.placement import parallel_sizes, plan_placement
 
 from conftest import configuration_error, start_server
 from rl import choice_item, sample, step

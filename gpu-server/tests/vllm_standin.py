@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from art_server.engine.base import EngineError
-from art_server.engine.hf import load_hf_engine
+from art_server.engine.hf.engine import load_hf_engine
 
 
 def vllm_error(status: int, message: str) -> JSONResponse:

@@ -3,7 +3,7 @@
  * messages' blocks become chat messages (`tool_use` blocks an assistant turn's tool calls,
  * `tool_result` blocks tool messages ahead of the user's text), and an answer, JSON or a stream's
  * events put back together, one chat completion. The server answers the same request by the same
- * rewriting (chat/messages_api.py).
+ * rewriting (api/dialects/messages_api.py).
  * @module
  */
 import type OpenAI from "openai";

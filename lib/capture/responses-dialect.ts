@@ -91,7 +91,7 @@ export class ResponsesDialect implements Dialect {
   }
 }
 
-/** One input item onto the chat messages so far (the server's rewriting, chat/responses_api.py). */
+/** One input item onto the chat messages so far (the server's rewriting, api/dialects/responses_api.py). */
 function addItem(messages: Message[], item: Item): void {
   const type = item?.type ?? (item && "role" in item ? "message" : undefined);
   if (type === "message" && typeof item.role === "string") {

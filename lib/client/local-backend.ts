@@ -84,7 +84,7 @@ interface RunningServer {
   kill(signal?: NodeJS.Signals): boolean;
 }
 
-/** The server's exit code for a configuration that cannot work (EX_CONFIG; gpu-server config.py). */
+/** The server's exit code for a configuration that cannot work (EX_CONFIG; gpu-server core/config.py). */
 const CONFIG_EXIT_CODE = 78;
 const CONFIG_ERROR_PREFIX = "art-server: configuration error: ";
 

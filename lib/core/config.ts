@@ -22,7 +22,7 @@ export const LoraConfigSchema = z.object({
   r: z.number().int().min(1).max(512).optional(),
   alpha: z.number().int().min(1).max(4096).optional(),
   dropout: z.number().min(0).lt(1).optional(),
-  targetModules: z.array(z.string().min(1)).min(1).optional(),
+  targetModules: z.array(z.string().min(1).max(128)).min(1).max(64).optional(),
 }).strict();
 
 /** GRPO settings of one training step (the server's defaults apply to what is left out). */

@@ -44,7 +44,7 @@ function parseAs(example: ParamValue, raw: string, variable: string): ParamValue
  * connectBackend, the tests), so a notebook that has no parameter of that name stays quiet about them.
  */
 export const PROJECT_VARIABLES: ReadonlySet<string> = new Set([
-  // the server (gpu-server/art_server/config.py: one per flag) and the clients that start or reach it
+  // the server (gpu-server/art_server/core/config.py: one per flag) and the clients that start or reach it
   "ART_BASE_MODEL", "ART_BODY_TIMEOUT", "ART_DATA_DIR", "ART_DEVICE", "ART_DOCS", "ART_DTYPE", "ART_ENGINE", "ART_HEADER_TIMEOUT",
   "ART_HOST", "ART_LOG_LEVEL", "ART_MAX_BATCH_SIZE", "ART_MAX_BODY_BYTES", "ART_MAX_HEADERS", "ART_MAX_HEADER_BYTES", "ART_MAX_N",
   "ART_MODEL_CACHE", "ART_PORT", "ART_SERVER_TOKEN", "ART_VLLM_ARGS", "ART_VLLM_COMMAND", "ART_VLLM_GPU_MEMORY_UTILIZATION",

@@ -9,13 +9,14 @@ from typing import Any
 from fastapi import FastAPI
 
 from .. import __version__
-from ..config import ServerConfig
-from ..models.manager import ModelManager
+from ..core.config import ServerConfig
+from ..service.manager import ModelManager
 from . import dialect_routes, serving, training
 from .auth import TokenGate
 from .chat_route import ChatCompletionsRoute
 from .errors import install_error_handlers
 from .limits import BodyLimit
+from .openapi_contract import faithful
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,14 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(serving.router)
     app.include_router(dialect_routes.router)
     app.include_router(training.router)
+    routes_schema = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:  # FastAPI's own schema, cached on the app: made faithful in place, once
+            faithful(routes_schema())
+        return app.openapi_schema  # pyright: ignore[reportReturnType]  (set by the line above)
+
+    app.openapi = openapi
     return app
 
 

@@ -1,7 +1,7 @@
 """POST /v1/responses (OpenAI's Responses API) and POST /v1/messages (Anthropic's Messages API):
 each request is validated, rewritten as the equivalent chat-completions request, sampled by the same
 code as /v1/chat/completions (serving.py), and answered in the API's own shape, JSON or its own SSE
-events (chat/responses_api.py, chat/messages_api.py)."""
+events (api/dialects/responses_api.py, api/dialects/messages_api.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 
-from ..chat import messages_api, responses_api
-from ..chat.dialect import DialectError, sse, unsupported
 from ..engine.base import EngineError
+from .dialects import messages_api, responses_api
+from .dialects.dialect import DialectError, sse, unsupported
 from .errors import ApiError, content_type_error, response_for, validation_message
 from .schemas import ChatCompletionRequest
 from .serving import SSE_HEADERS, manager_of, sample_json, sample_stream

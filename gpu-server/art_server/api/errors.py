@@ -115,7 +115,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "http_error")
-        return error_response(error.status_code, str(error.detail), code)
+        # Starlette's own headers (a 405's `Allow`, which RFC 9110 requires) go out with the answer.
+        return error_response(error.status_code, str(error.detail), code, headers=dict(error.headers or {}))
 
     # Its own handler: Starlette re-raises what reaches the catch-all Exception handler after answering,
     # and uvicorn then drops the connection under a client that keeps it alive.

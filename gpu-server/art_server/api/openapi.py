@@ -10,7 +10,7 @@ import json
 import sys
 from typing import Any
 
-from ..config import ServerConfig
+from ..core.config import ServerConfig
 from .app import create_app
 
 

@@ -9,10 +9,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..core.bounds import MAX_TOKEN_ID, MAX_TOKENS_PER_SEQUENCE
+from ..service.trainable import LoraSpec
+from ..trainer.grpo import GRPOConfig
+from ..trainer.sft import SFTConfig
+
 # Bounds of what one request may ask for: each is far past real use, and keeps every value a number
 # the trainer can sum, exponentiate and index with (no overflow, no out-of-range token id).
-MAX_TOKEN_ID = 2**31 - 1  # checked again against the vocabulary when training
-MAX_TOKENS_PER_SEQUENCE = 1 << 20
 MAX_ABS_REWARD = 1e6
 MAX_ABS_METRIC = 1e12
 LOGPROB_TOLERANCE = 1e-3  # sampled logprobs are <= 0; float rounding may leave a hair above
@@ -183,24 +186,12 @@ class Health(BaseModel):
 # -- training ------------------------------------------------------------------------------------
 
 
-class LoraConfigIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    r: int = Field(8, ge=1, le=512)
-    alpha: int = Field(16, ge=1, le=4096)
-    dropout: float = Field(0.0, ge=0, lt=1)
-    target_modules: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-        min_length=1,
-        max_length=64,
-    )
-
-
 class RegisterRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=64)
     project: str = Field(min_length=1, max_length=64)
     base_model: str = Field(min_length=1, max_length=512)
-    lora: LoraConfigIn | None = None
+    lora: LoraSpec | None = None
 
 
 class SamplingIn(BaseModel):
@@ -225,7 +216,7 @@ class SampledChoice(_Open):
         None, max_length=MAX_TOKENS_PER_SEQUENCE
     )
     finish_reason: str | None = None
-    # Which server and base model sampled it (see provenance.py); absent on hand-built choices.
+    # Which server and base model sampled it (see core/provenance.py); absent on hand-built choices.
     art_provenance: str | None = Field(None, max_length=256)
     # The trained model's step that sampled it (absent for the base model and hand-built choices).
     art_policy_step: int | None = Field(None, ge=0, le=10**9)
@@ -244,41 +235,6 @@ class TrajectoryIn(_Open):
     logs: list[str] = Field(default_factory=list)
 
 
-class GRPOConfigIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    learning_rate: float = Field(5e-6, gt=0, le=1, allow_inf_nan=False)
-    loss: Literal["ppo", "cispo"] = "ppo"
-    # None: the defaults of the ratio in use (0.2 / 0.28 per token, GSPO's 3e-4 / 4e-4 per sequence).
-    eps_low: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
-    eps_high: float | None = Field(None, ge=0, le=10, allow_inf_nan=False)
-    kl_coef: float = Field(0.0, ge=0, le=100, allow_inf_nan=False)
-    scale_rewards: bool = True
-    importance_sampling: Literal["token", "sequence"] = "token"
-    max_grad_norm: float = Field(1.0, gt=0, le=1e6, allow_inf_nan=False)
-    micro_batch_size: int = Field(16, ge=1, le=4096)
-    gradient_steps: int = Field(1, ge=1, le=1000)
-    # Overrides the temperature each turn is scored at (by default the one it was sampled with).
-    temperature: float | None = Field(None, gt=0, le=10, allow_inf_nan=False)
-    max_sequence_length: int | None = Field(None, ge=1, le=MAX_TOKENS_PER_SEQUENCE)
-    sampler_correction: Literal["tis", "none"] = "tis"
-    sampler_correction_cap: float = Field(2.0, ge=1, le=1e6, allow_inf_nan=False)
-    length_normalization: Literal["trajectory", "token", "constant"] = "trajectory"
-    # The constant of length_normalization "constant" (Dr. GRPO's maximum completion length).
-    normalization_tokens: int = Field(1024, ge=1, le=MAX_TOKENS_PER_SEQUENCE)
-    kl_ref_step: int | None = Field(None, ge=0, le=10**9)
-    max_steps_off_policy: int | None = Field(None, ge=0, le=10**6)
-
-    @field_validator("length_normalization", mode="before")
-    @classmethod
-    def _renamed_none(cls, value: object) -> object:
-        if value == "none":  # the name of earlier versions, for what was a token mean over the step
-            raise ValueError(
-                '"none" was renamed: it was a token mean over the step, now "token"; for Dr. GRPO\'s '
-                'constant normaliser say "constant" (with normalization_tokens)'
-            )
-        return value
-
-
 class GroupsBody(BaseModel):
     """A body carrying trajectory groups: at least one group, none of them empty."""
 
@@ -295,7 +251,7 @@ class GroupsBody(BaseModel):
 
 
 class TrainRequest(GroupsBody):
-    config: GRPOConfigIn = Field(default_factory=GRPOConfigIn)  # pyright: ignore[reportArgumentType]  (every field has a default)
+    config: GRPOConfig = Field(default_factory=GRPOConfig)  # pyright: ignore[reportArgumentType]  (every field has a default)
     serve_previous_during_training: bool = False
     # What a pipelined client did with groups too far behind before sending this step (recorded in its metrics).
     stale_groups_dropped: int = Field(0, ge=0, le=10**6)
@@ -311,23 +267,10 @@ class Conversation(_Open):
     tools: list[Tool] | None = None
 
 
-class SFTConfigIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    learning_rate: float = Field(2e-4, gt=0, le=1, allow_inf_nan=False)
-    epochs: int = Field(3, ge=1, le=1000)
-    batch_size: int = Field(8, ge=1, le=4096)
-    schedule: Literal["constant", "cosine"] = "cosine"
-    warmup_ratio: float = Field(0.1, ge=0, lt=1, allow_inf_nan=False)
-    train_on: Literal["all_assistant", "last_assistant"] = "all_assistant"
-    max_grad_norm: float = Field(1.0, gt=0, le=1e6, allow_inf_nan=False)
-    micro_batch_size: int = Field(16, ge=1, le=4096)
-    seed: int = Field(0, ge=0, le=2**32 - 1)
-
-
 class SFTRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     conversations: list[Conversation] = Field(min_length=1, max_length=100_000)
-    config: SFTConfigIn = Field(default_factory=SFTConfigIn)  # pyright: ignore[reportArgumentType]  (every field has a default)
+    config: SFTConfig = Field(default_factory=SFTConfig)  # pyright: ignore[reportArgumentType]  (every field has a default)
 
     @model_validator(mode="after")
     def _bounded_work(self) -> SFTRequest:

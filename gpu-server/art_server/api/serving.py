@@ -15,12 +15,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from .. import __version__
-from ..distribution import SamplingParams
+from ..core.distribution import SamplingParams
+from ..core.names import NameError_, check_name, split_adapter_name
+from ..core.provenance import Stamp
 from ..engine.base import EngineError
-from ..models.manager import ModelManager, ModelNotFound
-from ..models.names import NameError_, check_name, split_adapter_name
 from ..models.resolve import existing_folder
-from ..provenance import Stamp
+from ..service.manager import ModelManager, ModelNotFound
 from .errors import ApiError, error_body
 from .schemas import ChatCompletionRequest, Health, LoadAdapterRequest, ModelList, UnloadAdapterRequest
 

@@ -12,13 +12,11 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, Response, StreamingResponse
 
-from ..models.manager import BaseModelConflict, ModelNotFound
-from ..models.names import NameError_, check_name
-from ..models.trainable import LoraConfigError, LoraSpec, RegistrationError
+from ..core.names import NameError_, check_name
+from ..service.manager import BaseModelConflict, ModelNotFound
+from ..service.trainable import LoraConfigError, RegistrationError
 from ..store import checkpoints as ckpt
-from ..trainer.grpo import GRPOConfig
 from ..trainer.guard import StepAborted
-from ..trainer.sft import SFTConfig
 from .errors import ApiError, error_body
 from .schemas import DeleteCheckpointsRequest, LogRequest, RegisterRequest, SFTRequest, TrainRequest
 from .serving import manager_of
@@ -86,7 +84,7 @@ async def register(body: RegisterRequest, request: Request) -> dict[str, Any]:
             check_name(kind, value)
         except NameError_ as error:
             raise ApiError(400, str(error), "invalid_value", param) from None
-    lora = LoraSpec(**body.lora.model_dump()) if body.lora else None
+    lora = body.lora
     try:
         return await manager_of(request).training.register(body.name, body.project, body.base_model, lora)
     except ModelNotFound as error:
@@ -105,7 +103,7 @@ async def get_model(name: str, request: Request) -> dict[str, Any]:
 @router.post("/{name}/train", summary="One GRPO step on trajectory groups; streams NDJSON progress, then the result")
 async def train(name: str, body: TrainRequest, request: Request) -> Response:
     _model(request, name)
-    config = GRPOConfig(**body.config.model_dump())
+    config = body.config
     return await _stream(
         manager_of(request).training.train(
             name,
@@ -126,9 +124,7 @@ async def train(name: str, body: TrainRequest, request: Request) -> Response:
 async def train_sft(name: str, body: SFTRequest, request: Request) -> Response:
     _model(request, name)
     conversations = [c.model_dump(mode="json", exclude_none=True) for c in body.conversations]
-    return await _stream(
-        manager_of(request).training.train_sft(name, conversations, SFTConfig(**body.config.model_dump())), request
-    )
+    return await _stream(manager_of(request).training.train_sft(name, conversations, body.config), request)
 
 
 @router.post("/{name}/log", summary="Store trajectory groups (e.g. split 'val') and their metrics at the current step")

@@ -1,4 +1,5 @@
-"""The engine interface: what the HTTP layer and the trainer need from an inference engine.
+"""The engine interface: what the HTTP layer and the trainer need from an inference engine (the
+trainer uses nothing else of an engine).
 
 Engines speak the OpenAI chat-completions shape (plain dicts, already validated by the HTTP
 layer) and always return what training needs: `prompt_token_ids` on the response and, per choice,
@@ -7,6 +8,7 @@ the sampled `token_ids` and their logprobs (vLLM's field names, so both engines 
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator
 from pathlib import Path
@@ -30,6 +32,13 @@ class Engine(ABC):
     sleeps_for_training = False  # True: sleep() before a step trains frees the device, requests wait until wake()
     base_model: str  # the name clients use for the base model (e.g. "builtin:tiny")
     context_length: int
+    tokenizer: Any  # the base model's tokenizer: the engine renders prompts with it, the trainer tokenizes with it
+
+    def shared_model(self) -> tuple[Any, threading.RLock] | None:
+        """What the trainer may train on in place: the holder of this process's model (its `.model` and
+        `.device`) and the lock every forward pass runs under, or None when the engine's model lives
+        elsewhere (vLLM's process) and the trainer keeps its own copy."""
+        return None
 
     @abstractmethod
     async def chat_completion(self, body: dict[str, Any], adapter: str | None, request_id: str) -> dict[str, Any]:

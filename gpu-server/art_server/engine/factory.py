@@ -7,7 +7,7 @@ import importlib.util
 import logging
 from pathlib import Path
 
-from ..config import ServerConfig
+from ..core.config import ServerConfig
 from .base import Engine
 
 log = logging.getLogger(__name__)
@@ -28,9 +28,9 @@ async def create_engine(config: ServerConfig, base_model: str, path: Path) -> En
     kind = choose_engine(config.engine)
     log.info("starting the %s engine for %s", kind, base_model)
     if kind == "vllm":
-        from .vllm import VLLMEngine
+        from .vllm.engine import VLLMEngine
 
         return await VLLMEngine.start(config, base_model, path)
-    from .hf import load_hf_engine
+    from .hf.engine import load_hf_engine
 
     return await asyncio.to_thread(load_hf_engine, base_model, path, config.device, config.dtype, config.max_batch_size)

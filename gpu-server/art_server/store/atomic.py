@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..faults import fail_once
+from ..core.faults import fail_once
 
 
 def fsync_dir(path: Path) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..models.names import check_name
+from ..core.names import check_name
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,12 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..core.bounds import MAX_TOKENS_PER_SEQUENCE
 from .guard import StepGuard
 from .logprobs import Batch, pad_batch, token_logprobs
 from .lora import LoraHost
@@ -24,26 +26,44 @@ from .parallel import DistributedSync, LocalSync, accumulate, padded
 from .sequences import MissingTokens, ScoringNotes, Sequence, build_sequences, sampled_turns, scored_with, scoring_notices
 
 
-@dataclass
-class GRPOConfig:
-    learning_rate: float = 5e-6
-    loss: str = "ppo"  # ppo | cispo
-    eps_low: float | None = None  # None: 0.2 for token ratios, 3e-4 for sequence ratios (GSPO's)
-    eps_high: float | None = None  # None: 0.28 for token ratios, 4e-4 for sequence ratios (GSPO's)
-    kl_coef: float = 0.0
+class GRPOConfig(BaseModel):
+    """A GRPO step's configuration: declared once, here; the HTTP schema (TrainRequest.config) and
+    the trainer both use it, and docs/openapi.json shows it."""
+
+    model_config = ConfigDict(extra="forbid")
+    learning_rate: float = Field(default=5e-6, gt=0, le=1, allow_inf_nan=False)
+    loss: Literal["ppo", "cispo"] = "ppo"
+    # None: the defaults of the ratio in use (0.2 / 0.28 per token, GSPO's 3e-4 / 4e-4 per sequence).
+    eps_low: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
+    eps_high: float | None = Field(default=None, ge=0, le=10, allow_inf_nan=False)
+    kl_coef: float = Field(default=0.0, ge=0, le=100, allow_inf_nan=False)
     scale_rewards: bool = True
-    importance_sampling: str = "token"  # token | sequence
-    max_grad_norm: float = 1.0
-    micro_batch_size: int = 16
-    gradient_steps: int = 1
-    temperature: float | None = None  # overrides each turn's recorded temperature (see sequences.scored_with)
-    max_sequence_length: int | None = None
-    sampler_correction: str = "tis"  # tis | none (see loss.py)
-    sampler_correction_cap: float = 2.0
-    length_normalization: str = "trajectory"  # trajectory | token | constant (see chunk_weights)
-    normalization_tokens: int = 1024  # the constant of "constant" (Dr. GRPO's maximum completion length)
-    kl_ref_step: int | None = None  # the KL penalty's reference: this step's adapter (None: the base model)
-    max_steps_off_policy: int | None = None  # groups with a turn sampled further behind are skipped ("stale")
+    importance_sampling: Literal["token", "sequence"] = "token"
+    max_grad_norm: float = Field(default=1.0, gt=0, le=1e6, allow_inf_nan=False)
+    micro_batch_size: int = Field(default=16, ge=1, le=4096)
+    gradient_steps: int = Field(default=1, ge=1, le=1000)
+    # Overrides the temperature each turn is scored at (by default the one it was sampled with).
+    temperature: float | None = Field(default=None, gt=0, le=10, allow_inf_nan=False)
+    max_sequence_length: int | None = Field(default=None, ge=1, le=MAX_TOKENS_PER_SEQUENCE)
+    sampler_correction: Literal["tis", "none"] = "tis"
+    sampler_correction_cap: float = Field(default=2.0, ge=1, le=1e6, allow_inf_nan=False)
+    length_normalization: Literal["trajectory", "token", "constant"] = "trajectory"
+    # The constant of length_normalization "constant" (Dr. GRPO's maximum completion length).
+    normalization_tokens: int = Field(default=1024, ge=1, le=MAX_TOKENS_PER_SEQUENCE)
+    # The KL penalty's reference: this step's adapter (None: the base model).
+    kl_ref_step: int | None = Field(default=None, ge=0, le=10**9)
+    # Groups with a turn sampled further behind are skipped ("stale").
+    max_steps_off_policy: int | None = Field(default=None, ge=0, le=10**6)
+
+    @field_validator("length_normalization", mode="before")
+    @classmethod
+    def _renamed_none(cls, value: object) -> object:
+        if value == "none":  # the name of earlier versions, for what was a token mean over the step
+            raise ValueError(
+                '"none" was renamed: it was a token mean over the step, now "token"; for Dr. GRPO\'s '
+                'constant normaliser say "constant" (with normalization_tokens)'
+            )
+        return value
 
     @property
     def clip_range(self) -> tuple[float, float]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ..faults import fail_once
+from ..core.faults import fail_once
 from .lora import LoraHost
 
 

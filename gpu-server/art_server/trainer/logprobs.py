@@ -10,7 +10,7 @@
   backward pass instead of keeping a [tokens, vocabulary] tensor alive.
 
 Each token is scored under the distribution it was sampled from (its turn's temperature, top-k and
-top-p: distribution.py), so the trainer's logprob of an unchanged policy equals the sampler's.
+top-p: core/distribution.py), so the trainer's logprob of an unchanged policy equals the sampler's.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from ..compat import cache_kwargs, output_cache
-from ..distribution import processed_logprobs, row_tensors
+from ..core.compat import cache_kwargs, output_cache
+from ..core.distribution import processed_logprobs, row_tensors
 from .sequences import Sequence
 
 MIN_SHARED_PREFIX = 8  # shorter prompts are not worth a separate forward

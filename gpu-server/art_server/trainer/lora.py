@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ..engine import adapter_switch
+from ..core import adapter_switch
 
 TORCH_THREADS = torch.get_num_threads()
 
@@ -90,7 +90,7 @@ class LoraHost:
         """Makes `slot` the active, trainable adapter. PEFT's set_adapter (which also sets
         requires_grad) costs time in proportion to every adapter loaded, so it runs only when
         something changed: serving and reference passes switch adapters without touching this
-        state (engine/adapter_switch.py)."""
+        state (core/adapter_switch.py)."""
         params = self.parameters(slot)
         if self._peft().active_adapter != slot or not all(p.requires_grad for p in params):
             self._peft().set_adapter(slot)

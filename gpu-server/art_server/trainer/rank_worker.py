@@ -22,8 +22,8 @@ from typing import Any
 import torch
 
 from .. import __version__
-from ..faults import take_once
-from ..process import die_with_parent
+from ..core.faults import take_once
+from ..core.process import die_with_parent
 from .grpo import train_step
 from .guard import StepGuard
 from .lora import LoraHost

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from .. import __version__
-from ..devices import Device, DeviceError, format_cores, parse_devices, usable_cores
+from ..core.devices import Device, DeviceError, format_cores, parse_devices, usable_cores
 from .guard import StepCancelled
 from .parallel import DistributedSync, RankFailed, RankLost
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..distribution import SamplingParams
+from ..core.distribution import SamplingParams
 
 PLAIN = SamplingParams()
 

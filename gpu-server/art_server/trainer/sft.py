@@ -8,10 +8,10 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..chat.prompt import prompt_token_ids
 from .guard import StepGuard
@@ -21,17 +21,19 @@ from .parallel import DistributedSync, LocalSync, padded
 from .sequences import Sequence
 
 
-@dataclass
-class SFTConfig:
-    learning_rate: float = 2e-4
-    epochs: int = 3
-    batch_size: int = 8
-    schedule: str = "cosine"  # constant | cosine
-    warmup_ratio: float = 0.1
-    train_on: str = "all_assistant"  # all_assistant | last_assistant
-    max_grad_norm: float = 1.0
-    micro_batch_size: int = 16
-    seed: int = 0
+class SFTConfig(BaseModel):
+    """An SFT step's configuration, declared once (as GRPOConfig is)."""
+
+    model_config = ConfigDict(extra="forbid")
+    learning_rate: float = Field(default=2e-4, gt=0, le=1, allow_inf_nan=False)
+    epochs: int = Field(default=3, ge=1, le=1000)
+    batch_size: int = Field(default=8, ge=1, le=4096)
+    schedule: Literal["constant", "cosine"] = "cosine"
+    warmup_ratio: float = Field(default=0.1, ge=0, lt=1, allow_inf_nan=False)
+    train_on: Literal["all_assistant", "last_assistant"] = "all_assistant"
+    max_grad_norm: float = Field(default=1.0, gt=0, le=1e6, allow_inf_nan=False)
+    micro_batch_size: int = Field(default=16, ge=1, le=4096)
+    seed: int = Field(default=0, ge=0, le=2**32 - 1)
 
 
 def sft_sequence(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, train_on: str) -> Sequence:

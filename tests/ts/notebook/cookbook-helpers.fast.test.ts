@@ -56,7 +56,7 @@ describe("notebookParams", () => {
   it("knows every ART_ variable the server and the project's tools read", () => {
     const root = path.resolve(__dirname, "../../..");
     const read = new Set<string>();
-    const config = fs.readFileSync(path.join(root, "gpu-server/art_server/config.py"), "utf8");
+    const config = fs.readFileSync(path.join(root, "gpu-server/art_server/core/config.py"), "utf8");
     for (const m of config.matchAll(/_env\("([A-Z0-9_]+)"/g)) read.add(`ART_${m[1]}`);
     const sources = ["lib", "scripts", "kernel", "gpu-server/art_server"].flatMap((dir) => fs.readdirSync(path.join(root, dir), { recursive: true })
       .map(String).filter((f) => /\.(ts|mjs|cjs|py)$/.test(f)).map((f) => path.join(root, dir, f)));

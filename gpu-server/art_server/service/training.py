@@ -25,27 +25,23 @@ from typing import Any
 
 import torch
 
+from ..core.names import adapter_key
+from ..core.provenance import check_groups
 from ..engine.base import Engine
-from ..faults import fail_once
-from ..models.names import adapter_key
-from ..models.trainable import LoraSpec, RegistrationError, TrainableModel, register, save_step
-from ..provenance import check_groups
 from ..store import checkpoints as ckpt
 from ..store.history import (
     append_history,
-    append_row,
     group_metrics,
-    link_step_trajectories,
     read_history,
-    trajectory_rows,
     write_trajectories,
 )
-from .grpo import GRPOConfig, nothing_trained_reason, prepare, train_step
-from .guard import Snapshot, StepGuard, restore, take_snapshot
-from .lora import LoraHost
-from .ranks import RankPlan, RankPool
-from .sft import SFTConfig, sft_sequence, train_sft
-from .sharding import shard_base, shard_elements
+from ..trainer.grpo import GRPOConfig, nothing_trained_reason, prepare, train_step
+from ..trainer.lora import LoraHost
+from ..trainer.ranks import RankPlan, RankPool
+from ..trainer.sft import SFTConfig, sft_sequence, train_sft
+from ..trainer.sharding import shard_base, shard_elements
+from .step import StepPlan, StepTransaction
+from .trainable import LoraSpec, RegistrationError, TrainableModel, register
 
 log = logging.getLogger(__name__)
 
@@ -151,14 +147,14 @@ class TrainingService:
     # -- set-up ------------------------------------------------------------------------------
     def host(self, engine: Engine, base_path: Path) -> LoraHost:
         if self._host is None:
-            runner = getattr(engine, "runner", None)
+            shared = engine.shared_model()
             shard = self.pool is not None and self.pool.plan.shard_base
             if shard:  # a sharded model only runs with every rank: the trainer keeps its own, apart from serving
                 holder = TrainerHolder(base_path, self.manager.config.device)
                 shard_base(holder.model)
                 self._host = LoraHost(holder, threading.RLock())
-            elif runner is not None:  # hf engine: share its model and lock
-                self._host = LoraHost(runner, engine.scheduler.model_lock)  # pyright: ignore[reportAttributeAccessIssue]  (the hf engine's)
+            elif shared is not None:  # the hf engine: train on its model, under its lock
+                self._host = LoraHost(*shared)
             else:
                 self._host = LoraHost(TrainerHolder(base_path, self.manager.config.device), threading.RLock())
             if self.threads:
@@ -178,12 +174,7 @@ class TrainingService:
 
     @property
     def tokenizer(self) -> Any:
-        engine = self.manager.require_engine()
-        if getattr(engine, "tokenizer", None) is None:
-            from transformers import AutoTokenizer
-
-            engine.tokenizer = AutoTokenizer.from_pretrained(str(self.manager.base_path), local_files_only=True)
-        return engine.tokenizer
+        return self.manager.require_engine().tokenizer
 
     async def register(self, name: str, project: str, base_model: str, lora: LoraSpec | None) -> dict[str, Any]:
         # One registration at a time: concurrent first registrations of a name would both create it.
@@ -326,14 +317,8 @@ class TrainingService:
             yield {"type": "start", "from_step": from_step, "step": new_step, **metrics}
             for message in [*warnings, *prepared.notices]:
                 yield {"type": "warning", "message": message}
-            row = {"step": from_step, "split": "train", "time": time.time(), "kind": "grpo"}
-            async for line in self._run_step(
-                model,
-                engine,
-                serve_previous,
-                timings,
-                metrics,
-                lambda progress, guard: self._distributed(
+            plan = StepPlan(
+                work=lambda progress, guard: self._distributed(
                     model,
                     "grpo",
                     (prepared, config, self.pad_id),
@@ -345,11 +330,14 @@ class TrainingService:
                 trainable=bool(prepared.items),
                 reason=None if prepared.items else nothing_trained_reason(prepared),
                 details=prepared.skip_details,
-                row=row,
+                row={"step": from_step, "split": "train", "time": time.time(), "kind": "grpo"},
+                metrics=metrics,
+                timings=timings,
                 trajectories=groups,
-            ):
+            )
+            async for line in self._run_step(model, engine, serve_previous, plan):
                 yield line
-            yield {"type": "result", "step": new_step, "metrics": row}
+            yield {"type": "result", "step": new_step, "metrics": plan.row}
 
     async def train_sft(
         self, name: str, conversations: list[dict[str, Any]], config: SFTConfig
@@ -375,14 +363,8 @@ class TrainingService:
             from_step, new_step = model.step, model.step + 1
             metrics: dict[str, Any] = {"conversations": len(sequences), "tokens": sum(s.trained_tokens for s in sequences)}
             yield {"type": "start", "from_step": from_step, "step": new_step, **metrics}
-            row = {"step": from_step, "split": "sft", "time": time.time(), "kind": "sft"}
-            async for line in self._run_step(
-                model,
-                engine,
-                False,
-                timings,
-                metrics,
-                lambda progress, guard: self._distributed(
+            plan = StepPlan(
+                work=lambda progress, guard: self._distributed(
                     model,
                     "sft",
                     (sequences, config, self.pad_id),
@@ -393,35 +375,25 @@ class TrainingService:
                 trainable=bool(sequences),
                 reason="no conversations were sent",
                 details=[],
-                row=row,
-            ):
+                row={"step": from_step, "split": "sft", "time": time.time(), "kind": "sft"},
+                metrics=metrics,
+                timings=timings,
+            )
+            async for line in self._run_step(model, engine, False, plan):
                 yield line
-            yield {"type": "result", "step": new_step, "metrics": row}
+            yield {"type": "result", "step": new_step, "metrics": plan.row}
 
     async def _run_step(
-        self,
-        model: TrainableModel,
-        engine: Engine,
-        serve_previous: bool,
-        timings: dict[str, float],
-        metrics: dict[str, Any],
-        work: Any,
-        trainable: bool,
-        reason: str | None,
-        details: list[str],
-        row: dict[str, Any],
-        trajectories: list[list[dict[str, Any]]] | None = None,
+        self, model: TrainableModel, engine: Engine, serve_previous: bool, plan: StepPlan
     ) -> AsyncIterator[dict[str, Any]]:
-        """Starts the step's task and streams its lines; a request that ends early (its client left)
-        asks the step to stop. Fills `metrics`, `timings` and the history `row`."""
+        """Starts the step's transaction as a task of its own and streams its lines; a request that
+        ends early (its client left) asks the step to stop. Fills the plan's metrics, timings and row."""
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         cancel = threading.Event()
         model.serve_previous = serve_previous
         if not serve_previous:
             model.gate.clear()
-        task = asyncio.create_task(
-            self._step(model, engine, queue, cancel, timings, metrics, work, trainable, reason, details, row, trajectories)
-        )
+        task = asyncio.create_task(StepTransaction(self, model, engine, plan, queue, cancel).run())
         model.worker = task
         self._steps[task] = cancel
         task.add_done_callback(self._step_done)
@@ -448,118 +420,6 @@ class TrainingService:
         self._steps.pop(task, None)
         if not task.cancelled():
             task.exception()  # read, so a step abandoned by its request logs no "exception never retrieved"
-
-    async def _step(
-        self,
-        model: TrainableModel,
-        engine: Engine,
-        queue: asyncio.Queue,
-        cancel: threading.Event,
-        timings: dict[str, float],
-        metrics: dict[str, Any],
-        work: Any,
-        trainable: bool,
-        reason: str | None,
-        details: list[str],
-        row: dict[str, Any],
-        trajectories: list[list[dict[str, Any]]] | None,
-    ) -> None:
-        """One step, a transaction (guard.py): train, then commit by renaming the checkpoint into place.
-        Before that rename any failure or a `cancel` puts the adapter and its optimizer back as they
-        were and leaves nothing on disk; after it, the step completes."""
-        loop = asyncio.get_running_loop()
-        new_step = model.step + 1
-        guard = StepGuard(cancel)
-        slept = committed = False
-        snapshot: Snapshot | None = None
-        try:
-            if trainable:
-                snapshot = await asyncio.to_thread(take_snapshot, self.lora, model.slot, model.optimizer)
-                if engine.sleeps_for_training:
-                    t = time.perf_counter()
-                    await engine.sleep()
-                    slept = True
-                    timings["sleep_s"] = time.perf_counter() - t
-                result = await loop.run_in_executor(
-                    None, work, lambda line: loop.call_soon_threadsafe(queue.put_nowait, line), guard
-                )
-                metrics.update({k: v for k, v in result.items() if k != "forward_backward_s"})
-                timings["forward_backward_s"] = result["forward_backward_s"]
-            else:
-                metrics["nothing_trained"] = reason
-                if details:
-                    metrics["skip_details"] = details[:10]
-                queue.put_nowait({"type": "warning", "message": reason, "details": details[:10]})
-            row.update({**metrics, "trained_into_step": new_step, **timings})
-            t = time.perf_counter()
-            # The history row travels inside the checkpoint, and the trajectories too: a crash right
-            # after the rename loses neither (registration restores them).
-            state = {"kind": "train" if trainable else "untrained", "metrics": _plain(metrics), "history_row": _plain(row)}
-            rows = trajectory_rows(trajectories) if trajectories is not None else None
-            await asyncio.to_thread(self._save, model, new_step, state, rows, guard)
-            committed = True
-        except BaseException:
-            if snapshot is not None:
-                await asyncio.to_thread(restore, self.lora, model.slot, model.optimizer, snapshot)
-            raise
-        finally:
-            if not committed:
-                await self._reopen(model, engine, slept)
-        # Committed: from here on the step completes, whether or not anyone still listens.
-        try:
-            fail_once("exit_after_publish")
-            timings["save_s"] = time.perf_counter() - t
-            model.step = new_step
-            if slept:
-                t = time.perf_counter()
-                await engine.wake()
-                slept = False
-                timings["wake_s"] = time.perf_counter() - t
-            try:
-                timings["reload_s"] = await self.serve_step(model, new_step)
-            except Exception as error:  # still on disk: `name@step` loads it on demand
-                log.exception("step %d of %s is saved but could not be loaded for serving", new_step, model.name)
-                queue.put_nowait(
-                    {
-                        "type": "warning",
-                        "message": f"step {new_step} is saved but could not be loaded for "
-                        f"serving ({type(error).__name__}: {error})",
-                    }
-                )
-            row.update(timings)
-            try:
-                await asyncio.to_thread(self._record, model, new_step, row, trajectories is not None)
-            except OSError as error:
-                queue.put_nowait(
-                    {
-                        "type": "warning",
-                        "message": f"step {new_step}'s history row could not be appended "
-                        f"({error}); the next start restores it from the checkpoint",
-                    }
-                )
-        finally:
-            await self._reopen(model, engine, slept)
-
-    def _save(self, model: TrainableModel, step: int, state: dict[str, Any], rows: list[Any] | None, guard: StepGuard) -> None:
-        fail_once("save")
-        # guard.check() right before the rename is the step's one commit decision.
-        save_step(self.lora, model, step, state, rows, before_publish=guard.check)
-
-    @staticmethod
-    def _record(model: TrainableModel, step: int, row: dict[str, Any], with_trajectories: bool) -> None:
-        if with_trajectories:
-            link_step_trajectories(model.paths, step)
-        append_row(model.paths, _plain(row))
-
-    @staticmethod
-    async def _reopen(model: TrainableModel, engine: Engine, slept: bool) -> None:
-        """The step is over (committed or rolled back): the engine wakes and the bare name serves again."""
-        try:
-            if slept:
-                await engine.wake()
-        finally:
-            model.gate.set()
-            model.serve_previous = False
 
     async def log(self, name: str, split: str, groups: list[list[dict[str, Any]]], step: int | None = None) -> dict[str, Any]:
         model = self.get(name)
@@ -614,7 +474,3 @@ class TrainingService:
                 "metric": keep_best_by,
                 "note": None if best is not None else f"no history rows with {keep_best_by}; kept only the latest",
             }
-
-
-def _plain(metrics: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in metrics.items() if isinstance(v, (int, float, str, bool, dict, list)) or v is None}

@@ -10,12 +10,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import ServerConfig
+from ..core.config import ServerConfig
+from ..core.names import NameError_, adapter_key, split_adapter_name
+from ..core.provenance import Provenance, base_fingerprint, server_identity
 from ..engine.base import Engine, EngineError
-from ..provenance import Provenance, base_fingerprint, server_identity
-from .adapter_folder import AdapterFolderError, base_weight_shapes, check_adapter_folder
-from .names import NameError_, adapter_key, split_adapter_name
-from .resolve import ModelNotFound, resolve_base_model
+from ..models.adapter_folder import AdapterFolderError, base_weight_shapes, check_adapter_folder
+from ..models.resolve import ModelNotFound, resolve_base_model
 
 __all__ = ["BaseModelConflict", "ModelManager", "ModelNotFound", "ServedAdapter"]
 
@@ -51,7 +51,7 @@ class ModelManager:
         self._unloads: set[asyncio.Task] = set()
         self._provenance: Provenance | None = None
         self._base_shapes: dict[str, tuple[int, ...]] | None = None  # read once, for adapter folder checks
-        from ..trainer.service import TrainingService
+        from .training import TrainingService
 
         self.training = TrainingService(self)
 
@@ -82,7 +82,7 @@ class ModelManager:
 
     @property
     def provenance(self) -> Provenance:
-        """Tags and checks sampled choices (provenance.py); exists once the base model is loaded."""
+        """Tags and checks sampled choices (core/provenance.py); exists once the base model is loaded."""
         if self._provenance is None:
             raise ModelNotFound("no base model is loaded yet: start the server with --base-model, or register a model")
         return self._provenance

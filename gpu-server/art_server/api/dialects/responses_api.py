@@ -1,4 +1,4 @@
-"""OpenAI's Responses API (`POST /v1/responses`) as chat completions (see chat/dialect.py).
+"""OpenAI's Responses API (`POST /v1/responses`) as chat completions (see api/dialects/dialect.py).
 
 Served: `instructions`, `input` as a string or items (messages with text parts, `function_call`,
 `function_call_output`), function tools, `tool_choice` auto/none, `temperature`, `top_p`,
@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import Field, JsonValue
 
-from ..api.schemas import MAX_TOKENS_PER_SEQUENCE, JsonObject
+from ..schemas import MAX_TOKENS_PER_SEQUENCE, JsonObject
 from .dialect import Forbidding, StreamedSample, invalid, json_safe, new_id, sample_fields, text_of, unsupported
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from ..devices import Device, DeviceError, format_cores, overlap, parse_devices
+from ...core.devices import Device, DeviceError, format_cores, overlap, parse_devices
 
 SIZE_FLAGS = {
     "--tensor-parallel-size": "tensor",

@@ -45,13 +45,13 @@ from typing import Any
 
 import httpx
 
-from ..config import ServerConfig
-from ..faults import take_once
-from ..process import ALL_CORES, die_with_parent
-from .base import Engine, EngineError
-from .chat_frontend import ChatFrontend, ChatStream
-from .openai_format import ChoiceState
-from .vllm_placement import plan_placement
+from ...core.config import ServerConfig
+from ...core.faults import take_once
+from ...core.process import ALL_CORES, die_with_parent
+from ..base import Engine, EngineError
+from ..chat_frontend import ChatFrontend, ChatStream
+from ..openai_format import ChoiceState
+from .placement import plan_placement
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ class VLLMEngine(Engine):
     async def start(cls, config: ServerConfig, base_model: str, path: Path) -> VLLMEngine:
         from transformers import AutoTokenizer
 
-        from .hf import resolve_device
+        from ..device_choice import resolve_device
 
         tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, str(path), local_files_only=True)
         engine = cls(config, base_model, path, resolve_device(config.device).type, tokenizer)
@@ -538,6 +538,6 @@ def vllm_cpu_dtype(requested: str, path: Path) -> str:
     natively and the checkpoint is bf16, else fp32), so both engines sample from the same numbers."""
     import torch
 
-    from .hf import choose_dtype
+    from ..device_choice import choose_dtype
 
     return str(choose_dtype(requested, torch.device("cpu"), path)).removeprefix("torch.")

@@ -1,4 +1,4 @@
-"""Anthropic's Messages API (`POST /v1/messages`) as chat completions (see chat/dialect.py).
+"""Anthropic's Messages API (`POST /v1/messages`) as chat completions (see api/dialects/dialect.py).
 
 Served: `system` (a string or text blocks), `messages` with text, `tool_use` and `tool_result`
 blocks, tools with an `input_schema`, `tool_choice` auto/none, `max_tokens`, `temperature`,
@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field, JsonValue
 
-from ..api.schemas import MAX_TOKEN_ID, MAX_TOKENS_PER_SEQUENCE, JsonObject
+from ..schemas import MAX_TOKEN_ID, MAX_TOKENS_PER_SEQUENCE, JsonObject
 from .dialect import (
     Forbidding,
     StreamedSample,

@@ -9,16 +9,17 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field
 
+from ..core.names import adapter_key
 from ..store import checkpoints as ckpt
 from ..store.atomic import write_json
 from ..store.history import drop_history_after, restore_history_rows, restore_step_trajectories
 from ..store.layout import ModelPaths
 from ..trainer.lora import LoraHost
-from .names import adapter_key
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +34,17 @@ class LoraConfigError(ValueError):
     """A LoRA config the base model cannot take (400)."""
 
 
-@dataclass
-class LoraSpec:
-    r: int = 8
-    alpha: int = 16
-    dropout: float = 0.0
-    target_modules: list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS))
+class LoraSpec(BaseModel):
+    """A trainable model's LoRA configuration, declared once: the register route's schema
+    (RegisterRequest.lora), what model.json stores, and what PEFT gets."""
+
+    model_config = ConfigDict(extra="forbid")
+    r: int = Field(default=8, ge=1, le=512)
+    alpha: int = Field(default=16, ge=1, le=4096)
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    target_modules: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+        default_factory=lambda: list(DEFAULT_TARGETS), min_length=1, max_length=64
+    )
 
     def peft_config(self) -> Any:
         from peft import LoraConfig
@@ -78,7 +84,7 @@ class TrainableModel:
             "base_model": self.base_model,
             "step": self.step,
             "inference_name": adapter_key(self.name, self.step),
-            "lora": vars(self.lora),
+            "lora": self.lora.model_dump(),
             "path": str(self.paths.root),
             "training": not self.gate.is_set() or (self.worker is not None and not self.worker.done()),
         }
@@ -101,9 +107,9 @@ def register(
                 "register it with its own base model, or pick a new name"
             )
         stored = LoraSpec(**meta["lora"])
-        if lora is not None and vars(lora) != vars(stored):
+        if lora is not None and lora.model_dump() != stored.model_dump():
             raise RegistrationError(
-                f"model {project}/{name} exists with LoRA config {vars(stored)}; it cannot resume with {vars(lora)}"
+                f"model {project}/{name} exists with LoRA config {stored.model_dump()}; it cannot resume with {lora.model_dump()}"
             )
         lora = stored
     lora = lora or LoraSpec()
@@ -113,7 +119,7 @@ def register(
         host.add_slot(slot, lora.peft_config(), seed=seed)
     except ValueError as error:  # e.g. target modules the base model does not have
         host.delete_slot(slot)
-        raise LoraConfigError(f"LoRA config {vars(lora)} does not fit base model {base_model!r}: {error}") from None
+        raise LoraConfigError(f"LoRA config {lora.model_dump()} does not fit base model {base_model!r}: {error}") from None
     try:
         optimizer, step, resumed = _open(host, paths, slot, name, project, base_model, lora)
     except BaseException:
@@ -157,7 +163,7 @@ def _open(
         paths.logs.mkdir(parents=True, exist_ok=True)
         write_json(
             paths.model_json,
-            {"name": name, "project": project, "base_model": base_model, "lora": vars(lora), "created": time.time()},
+            {"name": name, "project": project, "base_model": base_model, "lora": lora.model_dump(), "created": time.time()},
         )
         ckpt.save_checkpoint(
             paths, 0, host.config(slot), host.weights(slot), optimizer.state_dict(), {"kind": "init", "created": time.time()}

@@ -63,7 +63,7 @@ class ServerConfig:
     vllm_startup_timeout_s: float = 900.0
     vllm_sleep_mode: str = "auto"  # sleep vLLM while a step trains: auto = on CUDA (vLLM's sleep mode is CUDA-only)
     vllm_cpu_kv_cache_gib: int = 2  # VLLM_CPU_KVCACHE_SPACE for vLLM's CPU build (whole GiB)
-    inference_devices: str = ""  # where vLLM runs (engine/vllm_placement.py)
+    inference_devices: str = ""  # where vLLM runs (engine/vllm/placement.py)
     # trainer ranks (trainer/ranks.py): data-parallel training on torch.distributed
     train_ranks: int = 1
     train_local_ranks: int = 0  # ranks this server starts (0: all); the rest join from other machines

@@ -1,6 +1,6 @@
 """Next-token sampling for a batch of sequences, each with its own parameters, returning the
 logprob of each sampled token under the distribution it was actually drawn from (after
-temperature, top-k and top-p: distribution.py, which the trainer scores with too).
+temperature, top-k and top-p: core/distribution.py, which the trainer scores with too).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..distribution import SamplingParams, processed_logprobs, row_tensors
+from ...core.distribution import SamplingParams, processed_logprobs, row_tensors
 
 
 @dataclass

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import os
+import threading
 import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
@@ -15,9 +15,10 @@ from typing import Any
 
 import torch
 
-from .base import Engine, EngineError
-from .chat_frontend import ChatFrontend, ChatStream
-from .openai_format import ChoiceState
+from ..base import Engine, EngineError
+from ..chat_frontend import ChatFrontend, ChatStream
+from ..device_choice import choose_dtype, resolve_device
+from ..openai_format import ChoiceState
 from .runner import HFModelRunner
 from .sampling import RowParams
 from .scheduler import BatchScheduler, ErrorEvent, FinishEvent, Sequence, SequenceEvent, TokenEvent
@@ -67,6 +68,10 @@ class HFEngine(Engine):
         self.requests_served = 0
 
     # -- adapters ------------------------------------------------------------------------------
+    def shared_model(self) -> tuple[HFModelRunner, threading.RLock]:
+        """The trainer trains on this process's model, under the lock every decode step takes."""
+        return self.runner, self.scheduler.model_lock
+
     async def load_adapter(self, key: str, path: Path) -> None:
         def load() -> None:
             with self.scheduler.model_lock:
@@ -217,40 +222,6 @@ class HFEngine(Engine):
         finally:
             if pending:
                 self.scheduler.cancel(request_id)
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("--device cuda was asked for, but torch sees no CUDA device (torch.cuda.is_available() is False)")
-    return torch.device(device)
-
-
-def cpu_has_native_bf16() -> bool:
-    """AVX512-BF16 or AMX: bf16 matrix work runs natively (elsewhere torch emulates it, slower than fp32)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return any(flag in flags for flag in ("avx512_bf16", "amx_bf16"))
-
-
-def choose_dtype(requested: str, device: torch.device, model_path: str | Path) -> torch.dtype:
-    """`auto`: bf16 on CUDA; on CPU the checkpoint's own dtype when it is bf16 and the CPU does bf16
-    natively (SmolLM2 on 2 cores: 1.4-1.7x the tokens/s of fp32 in serving; in training 1.5x on an
-    AMD Zen 4 but 0.8x on an Intel Xeon with AMX, see docs/benchmarks.md), else fp32 (the built-in models are stored in fp32, so tests stay exact)."""
-    if requested != "auto":
-        return getattr(torch, requested)
-    if device.type == "cuda":
-        return torch.bfloat16
-    try:
-        stored = json.loads((Path(model_path) / "config.json").read_text())
-    except (OSError, ValueError):
-        stored = {}
-    if (stored.get("dtype") or stored.get("torch_dtype")) == "bfloat16" and cpu_has_native_bf16():
-        return torch.bfloat16
-    return torch.float32
 
 
 def load_hf_engine(

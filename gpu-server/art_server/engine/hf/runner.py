@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from ..compat import cache_kwargs, output_cache
-from . import adapter_switch
+from ...core import adapter_switch
+from ...core.compat import cache_kwargs, output_cache
 
 
 class HFModelRunner:

@@ -1,0 +1,4 @@
+"""Bounds on what a request may carry, shared by the HTTP schemas and the trainer's configs."""
+
+MAX_TOKEN_ID = 2**31 - 1  # checked again against the vocabulary when training
+MAX_TOKENS_PER_SEQUENCE = 1 << 20
