@@ -86,7 +86,10 @@ export async function afterTraining(options: Options): Promise<void> {
     const rates = (t: { label: string; served: string }, level: number) => rounds.get(`${t.label}|${t.served}|${level}`)!.map((r) => r.tokensPerSecond);
     // Against the fresh server round by round: a round of each runs back to back, so the pair shares
     // the machine's drift (±20% over tens of seconds here), which a ratio of two medians does not.
-    const ratios = (t: { label: string; served: string }, level: number) => rates(t, level).map((x, i) => x / rates(targets[0]!, level)[i]!);
+    const ratios = (t: { label: string; served: string }, level: number) => {
+      const fresh = rates(targets[0]!, level);
+      return rates(t, level).map((x, i) => x / fresh[i]!);
+    };
     const rows = targets.map((t) => ({ ...t, tokensPerSecond: options.levels.map((l) => median(rates(t, l))),
       vsFresh: options.levels.map((l) => median(ratios(t, l))),
       vsFreshByRound: options.levels.map((l) => ratios(t, l)),

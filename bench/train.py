@@ -99,9 +99,9 @@ def as_groups(data: list[dict]) -> list[list[dict]]:
 def bench_ours(base_path: Path, data: list[dict], steps: int, dtype: str) -> dict:
     from transformers import AutoModelForCausalLM
 
-    from art_server.service.trainable import LoraSpec, make_optimizer
+    from art_server.service.trainable import make_optimizer
     from art_server.trainer.grpo import GRPOConfig, prepare, train_step
-    from art_server.trainer.lora import LoraHost
+    from art_server.trainer.lora import LoraHost, LoraSpec
 
     class Holder:
         device = torch.device("cpu")

@@ -10,9 +10,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from art_server.core.distribution import SamplingParams
-from art_server.service.trainable import LoraSpec
 from art_server.trainer import logprobs
-from art_server.trainer.lora import LoraHost
+from art_server.trainer.lora import LoraHost, LoraSpec
 from art_server.trainer.sequences import Sequence
 
 pytestmark = pytest.mark.fast  # no server process (docs/development.md#tiers)

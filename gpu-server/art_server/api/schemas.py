@@ -10,8 +10,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..core.bounds import MAX_TOKEN_ID, MAX_TOKENS_PER_SEQUENCE
-from ..service.trainable import LoraSpec
 from ..trainer.grpo import GRPOConfig
+from ..trainer.lora import LoraSpec
 from ..trainer.sft import SFTConfig
 
 # Bounds of what one request may ask for: each is far past real use, and keeps every value a number

@@ -36,12 +36,12 @@ from ..store.history import (
     write_trajectories,
 )
 from ..trainer.grpo import GRPOConfig, nothing_trained_reason, prepare, train_step
-from ..trainer.lora import LoraHost
+from ..trainer.lora import LoraHost, LoraSpec
 from ..trainer.ranks import RankPlan, RankPool
 from ..trainer.sft import SFTConfig, sft_sequence, train_sft
 from ..trainer.sharding import shard_base, shard_elements
 from .step import StepPlan, StepTransaction
-from .trainable import LoraSpec, RegistrationError, TrainableModel, register
+from .trainable import RegistrationError, TrainableModel, register
 
 log = logging.getLogger(__name__)
 

@@ -10,13 +10,41 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..core import adapter_switch
 
 TORCH_THREADS = torch.get_num_threads()
+
+DEFAULT_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class LoraSpec(BaseModel):
+    """A trainable model's LoRA configuration, declared once: the register route's schema
+    (RegisterRequest.lora), what model.json stores, and what PEFT gets."""
+
+    model_config = ConfigDict(extra="forbid")
+    r: int = Field(default=8, ge=1, le=512)
+    alpha: int = Field(default=16, ge=1, le=4096)
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    target_modules: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+        default_factory=lambda: list(DEFAULT_TARGETS), min_length=1, max_length=64
+    )
+
+    def peft_config(self) -> Any:
+        from peft import LoraConfig
+
+        return LoraConfig(
+            r=self.r,
+            lora_alpha=self.alpha,
+            lora_dropout=self.dropout,
+            target_modules=list(self.target_modules),
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
 
 
 class LoraHost:
