@@ -90,7 +90,7 @@ class Hardware:
         how to install it (a test fails with it: hardware that is there is tested, never skipped)."""
         if not capability.startswith("vllm") or not self.has(capability):
             return None
-        from .engine.vllm.engine import cpu_venv_python, vllm_argv  # the package's, not set-up's stdlib-only use
+        from .engine.vllm.process import cpu_venv_python, vllm_argv  # the package's, not set-up's stdlib-only use
 
         if (cpu_venv_python() if capability == "vllm_cpu" else vllm_argv("auto")) is not None:
             return None

@@ -55,7 +55,7 @@ def check_config(config: ServerConfig) -> None:
 def check_vllm_installed(config: ServerConfig) -> None:
     """vLLM runs as its own process, so its launcher is what must exist; vLLM itself reports the rest."""
     from . import hardware
-    from .engine.vllm.engine import vllm_argv
+    from .engine.vllm.process import vllm_argv
 
     if vllm_argv(config.vllm_command) is not None:
         return

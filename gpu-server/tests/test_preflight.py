@@ -69,7 +69,7 @@ def test_a_data_dir_that_cannot_be_written_is_one_line(tmp_path):
 
 
 @pytest.mark.skipif(
-    __import__("art_server.engine.vllm.engine", fromlist=["vllm_argv"]).vllm_argv("auto") is not None,
+    __import__("art_server.engine.vllm.process", fromlist=["vllm_argv"]).vllm_argv("auto") is not None,
     reason="vLLM is installed here: --engine vllm finds it",
 )
 def test_engine_vllm_on_a_machine_that_cannot_run_it_says_why_and_what_to_use(tmp_path):

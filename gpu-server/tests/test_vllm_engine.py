@@ -16,7 +16,8 @@ import pytest
 
 from art_server.core.config import ServerConfig
 from art_server.engine.base import EngineError
-from art_server.engine.vllm.engine import VLLMEngine, vllm_argv
+from art_server.engine.vllm.engine import VLLMEngine
+from art_server.engine.vllm.process import vllm_argv
 
 from conftest import configuration_error, start_server
 
@@ -63,11 +64,24 @@ def test_sleep_holds_requests_until_wake(tiny_path, tmp_path):
             await engine.wake()
             result = await asyncio.wait_for(pending, 30)
             assert result["choices"][0]["token_ids"]
+            # Streamed: the role chunk, then the sampled tokens one by one, then the finish.
+            chunks = [c async for c in engine.chat_completion_stream({**body, "seed": 1}, None, "s")]
+            deltas = [c["choices"][0] for c in chunks if c.get("choices")]
+            assert deltas[0]["delta"]["role"] == "assistant"
+            assert sum(len(d.get("token_ids") or []) for d in deltas) == 3 and deltas[-1]["finish_reason"] == "length"
+            with pytest.raises(EngineError, match="not loaded"):
+                await engine.chat_completion(body, "nope@1", "r1")
             # A dead vLLM is a 503 while it is started again.
-            engine.process.kill()
-            engine.process.wait()
+            engine.vllm.process.kill()
+            engine.vllm.process.wait()
             with pytest.raises(EngineError, match="vLLM process exited and is being restarted"):
                 await engine.chat_completion(body, None, "r2")
+            for _ in range(240):  # ... and then serves again, on its new port
+                await asyncio.sleep(0.5)
+                if engine.stats()["restarts"] == 1:
+                    break
+            assert engine.stats()["restarts"] == 1
+            assert (await engine.chat_completion(body, None, "r3"))["choices"][0]["token_ids"]
         finally:
             await engine.close()
 
@@ -114,8 +128,8 @@ def test_training_with_the_vllm_engine_sleeps_trains_wakes_and_loads_the_new_ada
 @pytest.mark.fast
 def test_the_api_key_reaches_vllm_as_one_argument_even_when_it_starts_with_a_dash(tmp_path):
     engine = VLLMEngine(ServerConfig(data_dir=tmp_path, vllm_command=STANDIN_COMMAND), "builtin:tiny", tmp_path, "cpu", None)
-    engine.api_key = "-starts-with-a-dash"
-    assert "--api-key=-starts-with-a-dash" in engine.command(8000)
+    engine.vllm.api_key = "-starts-with-a-dash"
+    assert "--api-key=-starts-with-a-dash" in engine.vllm.command(8000)
 
 
 @pytest.mark.fast
@@ -127,18 +141,24 @@ def test_cuda_gets_sleep_mode_and_a_memory_share_a_cpu_gets_a_dtype_kv_cache_spa
     cuda = VLLMEngine(config, "builtin:tiny", tiny_path, "cuda", None)
     cpu = VLLMEngine(config, "builtin:tiny", tiny_path, "cpu", None)
     assert cuda.sleeps_for_training and not cpu.sleeps_for_training
-    assert "--enable-sleep-mode" in cuda.command(1) and "--gpu-memory-utilization" in cuda.command(1)
-    assert "--enable-sleep-mode" not in cpu.command(1) and cpu.command(1)[cpu.command(1).index("--dtype") + 1] == "float32"
-    assert cuda.environment()["VLLM_SERVER_DEV_MODE"] == "1" and cpu.environment()["VLLM_CPU_KVCACHE_SPACE"] == "2"
-    assert cpu.command(1)[cpu.command(1).index("--model") + 1] == str(tiny_path)
-    assert cpu.environment()["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0" and "VLLM_CPU_NUM_OF_RESERVED_CPU" not in cuda.environment()
+    assert "--enable-sleep-mode" in cuda.vllm.command(1) and "--gpu-memory-utilization" in cuda.vllm.command(1)
+    assert (
+        "--enable-sleep-mode" not in cpu.vllm.command(1)
+        and cpu.vllm.command(1)[cpu.vllm.command(1).index("--dtype") + 1] == "float32"
+    )
+    assert cuda.vllm.environment()["VLLM_SERVER_DEV_MODE"] == "1" and cpu.vllm.environment()["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    assert cpu.vllm.command(1)[cpu.vllm.command(1).index("--model") + 1] == str(tiny_path)
+    assert (
+        cpu.vllm.environment()["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+        and "VLLM_CPU_NUM_OF_RESERVED_CPU" not in cuda.vllm.environment()
+    )
     monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "1")  # a user's own setting wins
-    assert cpu.environment()["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"
+    assert cpu.vllm.environment()["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"
 
 
 @pytest.mark.fast
 def test_the_launcher_is_the_vllm_cli_or_the_cpu_builds_module(monkeypatch, tmp_path):
-    from art_server.engine.vllm import engine as vllm
+    from art_server.engine.vllm import process as vllm
 
     assert vllm_argv(STANDIN_COMMAND)[-1] == "serve"  # a program gets vLLM's `serve` subcommand
     assert vllm_argv(f"{sys.executable} -m vllm.entrypoints.openai.api_server")[1:] == [
