@@ -320,7 +320,7 @@ def test_every_choice_says_the_step_that_sampled_it_and_groups_log_at_an_earlier
             "/v1/art/models/policy-stepper/log",
             json={"split": "val", "step": 2, "groups": [sampled_group(c, "policy-stepper", [1, 0])]},
         )
-        assert r.status_code == 400 and "step 2 is ahead of policy-stepper's current step 1" in r.json()["error"]["message"]
+        assert r.status_code == 409 and "step 2 is ahead of policy-stepper's current step 1" in r.json()["error"]["message"]
 
 
 def test_checkpoint_files_are_downloadable(trainer):

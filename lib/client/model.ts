@@ -17,7 +17,7 @@ import { BadTrajectoryError, ModelNotRegisteredError, ServerProtocolError, Serve
 import { functionOption, httpUrlOption, parseOptions, safeNameOption } from "../core/options";
 import type { DeleteCheckpointsResult, HistoryRow, RegisteredModel, StepMetrics, TrainEvent, TrainResult } from "../core/results";
 import { Trajectory, type MessageParam, type ToolParam, type TrajectoryGroup, type TrajectoryInit } from "../core/trajectory";
-import { DeleteCheckpointsWire, HistoryRowWire, ModelInfo } from "../core/wire";
+import { ConversationWire, DeleteCheckpointsWire, HistoryRowWire, ModelInfo, type DeleteCheckpointsBody, type LogBody, type RegisterBody, type SftBody, type TrainBody } from "../core/wire";
 import { notice } from "../display/notice";
 import { ProgressLine } from "../display/progress-line";
 import type { Backend } from "./backend";
@@ -271,7 +271,7 @@ export class TrainableModel implements ChatModel {
   async register(backend: Backend): Promise<RegisteredModel> {
     const info = await backend.request("POST", "/v1/art/models/register", ModelInfo, {
       name: this.name, project: this.project, base_model: this.baseModel, ...(this.lora ? { lora: loraToWire(this.lora) } : {}),
-    });
+    } satisfies RegisterBody);
     this.backendRef = backend;
     this.client = undefined;
     this.step = info.step;
@@ -373,7 +373,7 @@ export class TrainableModel implements ChatModel {
     return this.runStep("train", { groups: wire, config: trainConfigToWire(config),
       serve_previous_during_training: servePreviousDuringTraining ?? false,
       ...(staleGroupCounts ? { stale_groups_dropped: staleGroupCounts.dropped, stale_groups_retried: staleGroupCounts.retried } : {}),
-      ...(sampling ? { sampled_tokens: sampling.tokens, sampling_seconds: sampling.seconds } : {}) },
+      ...(sampling ? { sampled_tokens: sampling.tokens, sampling_seconds: sampling.seconds } : {}) } satisfies TrainBody,
     progress ?? true, onEvent, signal);
   }
 
@@ -389,12 +389,19 @@ export class TrainableModel implements ChatModel {
     const conversations = typeof data === "string" ? readJsonl(data) : data.map((item) =>
       item instanceof Trajectory ? { messages: item.messages(), ...(item.tools ? { tools: item.tools } : {}) } : item);
     if (!conversations.length) throw new BadTrajectoryError("model.trainSft: no conversations to train on");
-    conversations.forEach((c, i) => {
+    const wire = conversations.map((c, i) => {
       if (!c || !Array.isArray(c.messages) || !c.messages.some((m) => m?.role === "assistant")) {
         throw new BadTrajectoryError(`model.trainSft: conversation ${i} has no assistant message to learn from`);
       }
+      // Checked here, so a message the server cannot take names its conversation before anything is sent.
+      const parsed = ConversationWire.safeParse(c);
+      if (!parsed.success) {
+        const issue = parsed.error.issues[0];
+        throw new BadTrajectoryError(`model.trainSft: conversation ${i}, ${issue?.path.join(".") || "it"}: ${issue?.message ?? "invalid"}`);
+      }
+      return parsed.data;
     });
-    return this.runStep("train_sft", { conversations, config: sftConfigToWire(config) }, progress ?? true, onEvent);
+    return this.runStep("train_sft", { conversations: wire, config: sftConfigToWire(config) } satisfies SftBody, progress ?? true, onEvent);
   }
 
   /** The metrics history as a danfo DataFrame (needs the optional `danfojs-node`): step, split, and a column per numeric metric. */
@@ -414,7 +421,7 @@ export class TrainableModel implements ChatModel {
     const { keepBestBy = "val/reward" } = parseOptions("model.deleteCheckpoints", DeleteCheckpointsOptionsSchema, options);
     const [split, ...metric] = keepBestBy.split("/");
     const result = await this.backend.request("POST", `/v1/art/models/${encodeURIComponent(this.name)}/delete_checkpoints`,
-      DeleteCheckpointsWire, { keep_best_by: `${split}/${metricNameToWire(metric.join("/"))}` });
+      DeleteCheckpointsWire, { keep_best_by: `${split}/${metricNameToWire(metric.join("/"))}` } satisfies DeleteCheckpointsBody);
     return deleteCheckpointsFromWire(result);
   }
 
@@ -425,7 +432,7 @@ export class TrainableModel implements ChatModel {
   async log(groups: TrajectoryGroup[], options: { split?: string; step?: number } = {}): Promise<HistoryRow> {
     const { split = "val", step } = parseOptions("model.log", LogOptionsSchema, options);
     const row = await this.backend.request("POST", `/v1/art/models/${encodeURIComponent(this.name)}/log`, HistoryRowWire,
-      { split, groups: toWireGroups(groups, false), ...(step !== undefined ? { step } : {}) });
+      { split, groups: toWireGroups(groups, false), ...(step !== undefined ? { step } : {}) } satisfies LogBody);
     return historyRowFromWire(row);
   }
 
@@ -444,7 +451,7 @@ export class TrainableModel implements ChatModel {
     return fetch(input, signal ? { ...init, signal } : init);
   }
 
-  protected async runStep(kind: "train" | "train_sft", body: unknown, showProgress: boolean,
+  protected async runStep(kind: "train" | "train_sft", body: TrainBody | SftBody, showProgress: boolean,
     onEvent?: (event: TrainEvent) => void, signal?: AbortSignal): Promise<TrainResult> {
     const bar = showProgress ? new ProgressLine(kind === "train" ? `train ${this.name}` : `sft ${this.name}`) : null;
     const events: TrainEvent[] = [];

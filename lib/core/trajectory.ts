@@ -12,7 +12,7 @@ type ChatCompletion = OpenAI.Chat.Completions.ChatCompletion;
 /** A message as the OpenAI client takes it. */
 export type MessageParam = OpenAI.Chat.Completions.ChatCompletionMessageParam;
 /** A tool definition as the OpenAI client takes it. */
-export type ToolParam = OpenAI.Chat.Completions.ChatCompletionTool;
+export type ToolParam = OpenAI.Chat.Completions.ChatCompletionFunctionTool;
 
 /** The sampling parameters a turn was drawn with, as the server recorded them. */
 export interface SamplingParams {

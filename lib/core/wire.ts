@@ -5,6 +5,21 @@
  * @module
  */
 import { z } from "zod";
+import type { paths } from "./openapi.gen";
+
+/**
+ * The JSON body a POST route takes, as the server's schema declares it (docs/openapi.json, through
+ * the types openapi-typescript generates from it): the client builds each request body as one of
+ * these, so a body the server would not take fails `tsc`.
+ * @internal
+ */
+export type RouteBody<P extends keyof paths> =
+  paths[P] extends { post: { requestBody: { content: { "application/json": infer B } } } } ? B : never;
+export type RegisterBody = RouteBody<"/v1/art/models/register">;
+export type TrainBody = RouteBody<"/v1/art/models/{name}/train">;
+export type SftBody = RouteBody<"/v1/art/models/{name}/train_sft">;
+export type LogBody = RouteBody<"/v1/art/models/{name}/log">;
+export type DeleteCheckpointsBody = RouteBody<"/v1/art/models/{name}/delete_checkpoints">;
 
 /** The line the server prints on stdout once it serves. */
 export const ReadyLine = z.object({
@@ -45,7 +60,7 @@ export type ModelInfo = z.infer<typeof ModelInfo>;
 /** A chat message as the server takes it (OpenAI shape). */
 export const ChatMessage = z.object({
   role: z.enum(["system", "developer", "user", "assistant", "tool"]),
-  content: z.union([z.string(), z.array(z.object({ type: z.string(), text: z.string().optional() }).passthrough())]).nullable().optional(),
+  content: z.union([z.string(), z.array(z.object({ type: z.literal("text"), text: z.string().optional() }).passthrough())]).nullable().optional(),
   name: z.string().optional(),
   tool_calls: z.array(z.object({
     id: z.string().optional(),
@@ -82,16 +97,33 @@ export const SampledChoiceWire = z.object({
 });
 export type SampledChoiceWire = z.infer<typeof SampledChoiceWire>;
 
+/** A tool the model is offered: a function (OpenAI's shape; the server takes no other kind). */
+export const ToolWire = z.object({
+  type: z.literal("function"),
+  function: z.object({
+    name: z.string().min(1),
+    description: z.string().optional(),
+    parameters: z.record(z.string(), z.unknown()).optional(),
+    strict: z.boolean().nullable().optional(),
+  }),
+});
+
 /** A trajectory as the server takes it (see Trajectory.toWire). */
 export const TrajectoryWire = z.object({
   messages_and_choices: z.array(z.union([SampledChoiceWire, ChatMessage])).min(1),
-  tools: z.array(z.unknown()).optional(),
+  tools: z.array(ToolWire).optional(),
   reward: z.number().finite(),
   metrics: z.record(z.string(), z.union([z.number(), z.boolean()])),
   metadata: z.record(z.string(), z.unknown()),
   logs: z.array(z.string()),
 });
 export type TrajectoryWire = z.infer<typeof TrajectoryWire>;
+
+/** A conversation SFT learns from, as the server takes it. */
+export const ConversationWire = z.object({
+  messages: z.array(ChatMessage).min(1),
+  tools: z.array(ToolWire).optional(),
+});
 
 /** What the OpenAI endpoint returns beyond OpenAI's fields (vLLM's names). */
 export const TokenFields = z.object({

@@ -3,7 +3,10 @@ tests/test_openapi_contract.py):
 
 - nested `$defs` (pydantic's JsonValue) become components, so every `$ref` resolves;
 - no route declares 422: a request that fails validation is a 400 with an OpenAI-style error body;
-- every route declares the errors it can answer (`ROUTE_ERRORS`), with that body's schema.
+- every route declares the errors it can answer (`ROUTE_ERRORS`), with that body's schema, and the
+  streams it answers with (`STREAMS`);
+- an integer's bounds are integers: FastAPI's schema model stores them as floats, which turns the
+  int64 seed's 2**63 - 1 into 2**63, a seed the server refuses.
 """
 
 from __future__ import annotations
@@ -64,10 +67,23 @@ ROUTE_ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
 }
 UNAUTHENTICATED = {("/health", "get")}
 
+# Routes whose 200 is a stream: the sampling routes' `stream: true` (server-sent events, beside their
+# JSON answer), and a training step's progress lines (NDJSON, always).
+_SSE = {"description": "stream: true: server-sent events, each `data:` line one chunk of the API's own shape"}
+_NDJSON = {"description": "One JSON object per line: start, progress, warning lines, then the result or an error"}
+STREAMS: dict[tuple[str, str], tuple[str, dict[str, Any], bool]] = {
+    ("/v1/chat/completions", "post"): ("text/event-stream", _SSE, False),
+    ("/v1/responses", "post"): ("text/event-stream", _SSE, False),
+    ("/v1/messages", "post"): ("text/event-stream", _SSE, False),
+    ("/v1/art/models/{name}/train", "post"): ("application/x-ndjson", _NDJSON, True),
+    ("/v1/art/models/{name}/train_sft", "post"): ("application/x-ndjson", _NDJSON, True),
+}
+
 
 def faithful(schema: dict[str, Any]) -> dict[str, Any]:
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     _hoist_defs(schema, components)
+    _integer_bounds(schema)
     components.pop("HTTPValidationError", None)
     components.pop("ValidationError", None)
     components["ErrorBody"] = ERROR_SCHEMA
@@ -75,6 +91,12 @@ def faithful(schema: dict[str, Any]) -> dict[str, Any]:
         for method, operation in operations.items():
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)
+            if (path, method) in STREAMS:
+                media, described, only = STREAMS[path, method]
+                content = responses.setdefault("200", {"description": "OK"}).setdefault("content", {})
+                if only:
+                    content.clear()
+                content[media] = {"schema": described}  # each event or line is a JSON object of its own
             if (path, method) in UNAUTHENTICATED:
                 statuses: tuple[int, ...] = (405,)
             else:
@@ -105,3 +127,20 @@ def _hoist_defs(node: Any, components: dict[str, Any]) -> None:
     elif isinstance(node, list):
         for value in node:
             _hoist_defs(value, components)
+
+
+INT64 = (-(2**63), 2**63 - 1)
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def _integer_bounds(node: Any) -> None:
+    if isinstance(node, dict):
+        if node.get("type") == "integer":
+            for key in _BOUNDS:
+                if isinstance(node.get(key), float):
+                    node[key] = min(max(int(node[key]), INT64[0]), INT64[1])  # a float of 2**63 was int64's bound
+        for value in node.values():
+            _integer_bounds(value)
+    elif isinstance(node, list):
+        for value in node:
+            _integer_bounds(value)

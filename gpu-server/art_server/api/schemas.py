@@ -8,8 +8,10 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import JsonDict
 
 from ..core.bounds import MAX_TOKEN_ID, MAX_TOKENS_PER_SEQUENCE
+from ..core.names import ADAPTER_PATTERN, NAME_PATTERN, RESERVED_PROJECTS
 from ..trainer.grpo import GRPOConfig
 from ..trainer.lora import LoraSpec
 from ..trainer.sft import SFTConfig
@@ -66,11 +68,28 @@ class ToolCall(_Open):
 
 
 class TextPart(_Open):
-    type: str
+    type: str = Field(json_schema_extra={"const": "text"})  # another kind of part is a 400 naming it
     text: str | None = None
 
 
 class ChatMessage(_Open):
+    # The rules of the validator below, in the published schema too.
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "allOf": [
+                {
+                    "if": {"properties": {"role": {"const": "tool"}}},
+                    "then": {"required": ["tool_call_id"], "properties": {"tool_call_id": {"type": "string", "minLength": 1}}},
+                },
+                {
+                    "if": {"properties": {"role": {"not": {"const": "assistant"}}}},
+                    "then": {"required": ["content"], "properties": {"content": {"not": {"type": "null"}}}},
+                },
+            ]
+        },
+    )
+
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
@@ -101,20 +120,30 @@ class StreamOptions(_Open):
     include_usage: bool = False
 
 
+_STOP_LIST: JsonDict = {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 16}
+_ZERO_OR_NULL: JsonDict = {
+    "anyOf": [{"const": 0}, {"type": "null"}]
+}  # sampling penalties would change the distribution the trainer needs
+
+
 class ChatCompletionRequest(_Open):
     """The OpenAI chat-completions request, plus vLLM's extras the client may send."""
 
     model: str = Field(min_length=1)
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[Tool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | JsonObject | None = None
+    tool_choice: Literal["none", "auto", "required"] | JsonObject | None = Field(
+        None, json_schema_extra={"anyOf": [{"enum": ["none", "auto"]}, {"type": "null"}]}
+    )
     n: int = Field(1, ge=1, le=1024)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=-1, le=MAX_TOKEN_ID)
     max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_PER_SEQUENCE)
     max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_PER_SEQUENCE)
-    stop: str | list[str] | None = None
+    stop: str | list[str] | None = Field(
+        None, json_schema_extra={"anyOf": [{"type": "string", "minLength": 1}, _STOP_LIST, {"type": "null"}]}
+    )
     seed: int | None = Field(None, ge=-MAX_INT64 - 1, le=MAX_INT64)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
@@ -122,9 +151,17 @@ class ChatCompletionRequest(_Open):
     stream_options: StreamOptions | None = None
     # vLLM extras accepted for compatibility: token ids are always returned.
     return_token_ids: bool | None = None
-    frequency_penalty: float | None = None
-    presence_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
+    frequency_penalty: float | None = Field(None, json_schema_extra=_ZERO_OR_NULL)
+    presence_penalty: float | None = Field(None, json_schema_extra=_ZERO_OR_NULL)
+    logit_bias: dict[str, float] | None = Field(None, json_schema_extra={"maxProperties": 0})
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={  # top_logprobs needs logprobs: true
+            "if": {"required": ["top_logprobs"], "properties": {"top_logprobs": {"type": "integer", "minimum": 1}}},
+            "then": {"required": ["logprobs"], "properties": {"logprobs": {"const": True}}},
+        },
+    )
 
     @field_validator("stop")
     @classmethod
@@ -168,12 +205,12 @@ class ModelList(BaseModel):
 class LoadAdapterRequest(BaseModel):
     """vLLM's runtime LoRA request shape: `lora_name` is `name@step`."""
 
-    lora_name: str = Field(min_length=1, max_length=200)
+    lora_name: str = Field(min_length=1, max_length=200, json_schema_extra={"pattern": ADAPTER_PATTERN})
     lora_path: str = Field(min_length=1, max_length=4096)
 
 
 class UnloadAdapterRequest(BaseModel):
-    lora_name: str = Field(min_length=1, max_length=200)
+    lora_name: str = Field(min_length=1, max_length=200, json_schema_extra={"pattern": ADAPTER_PATTERN})
 
 
 class Health(BaseModel):
@@ -188,8 +225,13 @@ class Health(BaseModel):
 
 class RegisterRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, max_length=64)
-    project: str = Field(min_length=1, max_length=64)
+    # Checked by core/names.py (with messages that say the rule); the patterns publish it.
+    name: str = Field(min_length=1, max_length=64, json_schema_extra={"pattern": NAME_PATTERN})
+    project: str = Field(
+        min_length=1,
+        max_length=64,
+        json_schema_extra={"pattern": NAME_PATTERN, "not": {"enum": list(sorted(RESERVED_PROJECTS))}},
+    )
     base_model: str = Field(min_length=1, max_length=512)
     lora: LoraSpec | None = None
 
@@ -239,7 +281,9 @@ class GroupsBody(BaseModel):
     """A body carrying trajectory groups: at least one group, none of them empty."""
 
     model_config = ConfigDict(extra="forbid")
-    groups: list[Annotated[list[TrajectoryIn], Field(max_length=1024)]] = Field(min_length=1, max_length=10_000)
+    groups: list[Annotated[list[TrajectoryIn], Field(max_length=1024, json_schema_extra={"minItems": 1})]] = Field(
+        min_length=1, max_length=10_000
+    )
 
     @field_validator("groups")
     @classmethod
@@ -263,7 +307,13 @@ class TrainRequest(GroupsBody):
 
 
 class Conversation(_Open):
-    messages: list[ChatMessage] = Field(min_length=1, max_length=10_000)
+    messages: list[ChatMessage] = Field(
+        min_length=1,
+        max_length=10_000,
+        # SFT learns the assistant's turns, each after what it answers (checked in trainer/sft.py). Not in
+        # the schema as `contains`: schemathesis's generator does not finish on it (> 200 s for this route).
+        description="At least one assistant message, and not as the first message: each assistant turn is learned after what it answers",
+    )
     tools: list[Tool] | None = None
 
 
@@ -284,7 +334,7 @@ class SFTRequest(BaseModel):
 
 
 class LogRequest(GroupsBody):
-    split: str = Field("val", min_length=1, max_length=64)
+    split: str = Field("val", min_length=1, max_length=64, json_schema_extra={"pattern": NAME_PATTERN})
     # The step the groups were sampled at (default: the current one), e.g. an evaluation of step s
     # logged while step s + 1 trains. At most the current step.
     step: int | None = Field(None, ge=0, le=10**9)

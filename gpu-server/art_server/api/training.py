@@ -136,11 +136,11 @@ async def log_groups(name: str, body: LogRequest, request: Request) -> dict[str,
         raise ApiError(400, str(error), "invalid_value", "split") from None
     model = _model(request, name)
     if body.step is not None and body.step > model.step:
-        raise ApiError(
-            400,
+        raise ApiError(  # a conflict with the model's state: the same body is fine once the model gets there
+            409,
             f"step {body.step} is ahead of {name}'s current step {model.step}: log groups at a step the "
             "model has reached (leave step out for the current one)",
-            "invalid_value",
+            "conflict",
             "step",
         )
     return await manager_of(request).training.log(name, body.split, _dump_groups(body.groups), body.step)

@@ -8,6 +8,10 @@ import re
 # fullmatch, never match + `$`: `$` also matches before a final newline, which let `name\n` through.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 STEP_RE = re.compile(r"[0-9]{1,9}")
+# The same rules as JSON Schema patterns (ECMA-262, where `$` is the end of the string), for the
+# published contract: a name, and an adapter's `name@step`.
+NAME_PATTERN = r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+ADAPTER_PATTERN = NAME_PATTERN.removesuffix("$") + r"@[0-9]{1,9}$"
 # What the server keeps at the top of its data dir beside the projects (cli.py, core/provenance.py,
 # builtin.py, resolve.py, the vllm engine's logs): a project of one of these names would collide.
 RESERVED_PROJECTS = frozenset({"server.json", "server.lock", "server-identity.json", "builtin", "models", "logs"})

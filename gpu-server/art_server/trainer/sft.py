@@ -42,6 +42,8 @@ def sft_sequence(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dic
     assistant = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     if not assistant:
         raise ValueError("the conversation has no assistant message to learn from")
+    if assistant[0] == 0:  # an assistant turn is learned after what it answers; a template renders nothing before it
+        raise ValueError("the conversation starts with an assistant message: begin it with the system or user message it answers")
     targets = set(assistant[-1:] if train_on == "last_assistant" else assistant)
     seq = Sequence()
     for i in assistant:

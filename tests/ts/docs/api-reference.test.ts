@@ -1,6 +1,7 @@
-// The generated reference stays true: docs/api/ (TypeDoc over lib/index.ts) and docs/openapi.json
-// (the server's routes) equal a fresh render, every public name has a page, and an exported name
-// without a TSDoc comment fails the build (`npm run docs`).
+// The generated reference stays true: docs/api/ (TypeDoc over lib/index.ts), docs/openapi.json
+// (the server's routes) and lib/core/openapi.gen.ts (the types generated from it) equal a fresh
+// render, every public name has a page, and an exported name without a TSDoc comment fails the
+// build (`npm run docs`).
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";

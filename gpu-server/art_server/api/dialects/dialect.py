@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
+from pydantic.json_schema import JsonDict
 
 # Item and call ids: unique per process; a counter (os.urandom per id showed up in profiles before).
 _PREFIX = f"{os.getpid():x}{os.urandom(3).hex()}"
@@ -24,11 +25,27 @@ def new_id(kind: str) -> str:
     return f"{kind}_{_PREFIX}{next(_counter):08x}"
 
 
+def _integral(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# An integer as JSON Schema has it: 3 and 3.0, never "3" or true (Forbidding models are strict).
+WholeNumber = Annotated[int, BeforeValidator(_integral)]
+
+
 class Forbidding(BaseModel):
     """A request model that refuses unknown fields: what this server does not serve is a 400 naming
     the field, never silently ignored."""
 
-    model_config = ConfigDict(extra="forbid")
+    # strict: a number sent as a string, or a bool as a number, is a 400 as its schema says, not coerced.
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def not_served(default: Any = None, **accepted: JsonValue) -> Any:
+    """A field this server refuses when set (a 400 naming it): the published schema says null, or
+    `accepted` (a JSON Schema) for the values that mean "off"."""
+    only_null: JsonDict = {"type": "null"}
+    return Field(default, json_schema_extra={"anyOf": [accepted, only_null]} if accepted else only_null)
 
 
 class DialectError(ValueError):

@@ -19,10 +19,12 @@ from ..schemas import MAX_TOKEN_ID, MAX_TOKENS_PER_SEQUENCE, JsonObject
 from .dialect import (
     Forbidding,
     StreamedSample,
+    WholeNumber,
     arguments_object,
     arguments_text,
     invalid,
     new_id,
+    not_served,
     sample_fields,
     text_of,
     unsupported,
@@ -32,26 +34,56 @@ TEXT_BLOCKS = ("text",)
 STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens"}
 
 
+# What _messages() below checks of each message, for the published schema (the rules that relate
+# messages to each other, such as a tool_result's tool_use before it, stay in the code).
+MESSAGE_SCHEMA = {
+    "type": "object",
+    "required": ["role", "content"],
+    "properties": {
+        "role": {"enum": ["user", "assistant"]},
+        "content": {
+            "anyOf": [
+                {"type": "string"},
+                {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {"type": "object", "required": ["type"], "properties": {"type": {"type": "string"}}},
+                },
+            ]
+        },
+    },
+    "additionalProperties": False,
+}
+
+
 class MessagesRequest(Forbidding):
     model: str = Field(min_length=1)
-    max_tokens: int = Field(ge=1, le=MAX_TOKENS_PER_SEQUENCE)
-    messages: list[JsonObject] = Field(min_length=1)
+    max_tokens: WholeNumber = Field(ge=1, le=MAX_TOKENS_PER_SEQUENCE)
+    messages: list[JsonObject] = Field(min_length=1, json_schema_extra={"items": MESSAGE_SCHEMA})
     system: str | list[JsonObject] | None = None
     tools: list[JsonObject] | None = None
-    tool_choice: JsonObject | None = None
+    tool_choice: JsonObject | None = Field(
+        None,
+        json_schema_extra={
+            "anyOf": [
+                {"type": "object", "required": ["type"], "properties": {"type": {"enum": ["auto", "none"]}}},
+                {"type": "null"},
+            ]
+        },
+    )
     temperature: float | None = Field(None, ge=0, le=1)
     top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, ge=1, le=MAX_TOKEN_ID)
+    top_k: WholeNumber | None = Field(None, ge=1, le=MAX_TOKEN_ID)
     stop_sequences: list[str] | None = None
     stream: bool = False
     # No effect on what is sampled:
     metadata: JsonObject | None = None
     service_tier: Literal["auto", "standard_only"] | None = None
     # Not served: a 400 that names them (below) when set.
-    thinking: JsonObject | None = None
-    container: JsonValue = None
-    mcp_servers: JsonValue = None
-    context_management: JsonValue = None
+    thinking: JsonObject | None = not_served(type="object", properties={"type": {"const": "disabled"}})
+    container: JsonValue = not_served()
+    mcp_servers: JsonValue = not_served()
+    context_management: JsonValue = not_served()
 
 
 def chat_request(request: MessagesRequest) -> dict[str, Any]:

@@ -17,7 +17,18 @@ from typing import Any, Literal
 from pydantic import Field, JsonValue
 
 from ..schemas import MAX_TOKENS_PER_SEQUENCE, JsonObject
-from .dialect import Forbidding, StreamedSample, invalid, json_safe, new_id, sample_fields, text_of, unsupported
+from .dialect import (
+    Forbidding,
+    StreamedSample,
+    WholeNumber,
+    invalid,
+    json_safe,
+    new_id,
+    not_served,
+    sample_fields,
+    text_of,
+    unsupported,
+)
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 TEXT_PARTS = ("input_text", "output_text", "text")
@@ -43,13 +54,17 @@ class ResponsesRequest(Forbidding):
     input: str | list[JsonObject]
     instructions: str | None = None
     tools: list[JsonObject] | None = None
-    tool_choice: str | JsonObject | None = None
+    tool_choice: str | JsonObject | None = Field(
+        None, json_schema_extra={"anyOf": [{"enum": ["auto", "none"]}, {"type": "null"}]}
+    )
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    max_output_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_PER_SEQUENCE)
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    max_output_tokens: WholeNumber | None = Field(None, ge=1, le=MAX_TOKENS_PER_SEQUENCE)
+    top_logprobs: WholeNumber | None = Field(None, ge=0, le=20)
     stream: bool = False
-    include: list[str] | None = None
+    include: list[str] | None = Field(
+        None, json_schema_extra={"anyOf": [{"type": "array", "items": {"const": LOGPROBS_INCLUDE}}, {"type": "null"}]}
+    )
     # No effect on what is sampled:
     store: bool | None = None
     metadata: dict[str, str] | None = None
@@ -60,15 +75,15 @@ class ResponsesRequest(Forbidding):
     parallel_tool_calls: bool | None = None
     stream_options: JsonObject | None = None
     # Not served: a 400 that names them (below) when set.
-    previous_response_id: JsonValue = None
-    conversation: JsonValue = None
-    prompt: JsonValue = None
-    background: JsonValue = None
-    reasoning: JsonValue = None
+    previous_response_id: JsonValue = not_served()
+    conversation: JsonValue = not_served()
+    prompt: JsonValue = not_served()
+    background: JsonValue = not_served(const=False)
+    reasoning: JsonValue = not_served(type="object", maxProperties=0)
     text: JsonObject | None = None
-    truncation: str | None = None
-    max_tool_calls: JsonValue = None
-    context_management: JsonValue = None
+    truncation: str | None = not_served(const="disabled")
+    max_tool_calls: JsonValue = not_served()
+    context_management: JsonValue = not_served()
 
 
 def chat_request(request: ResponsesRequest) -> dict[str, Any]:
@@ -108,7 +123,7 @@ def _refuse_unserved(request: ResponsesRequest) -> None:
     ):
         if getattr(request, field) is not None:
             raise unsupported(field, what)
-    if request.background:
+    if request.background is not None and request.background is not False:
         raise unsupported("background", "background mode")
     if request.reasoning not in (None, {}):
         raise unsupported("reasoning", "reasoning settings", "this server's models have no reasoning effort")
