@@ -4,8 +4,8 @@ A few values of a valid request must name what exists on the server under test, 
 Schema can say: a folder to load an adapter from, modules the base model has, a provenance tag this
 server signed; some bounds are the server's configuration (--max-n) or the model's context; and
 an SFT conversation needs an assistant turn after what it answers, which the schema states in words
-(as `contains`, schemathesis's generator does not finish). The
-hook puts such values in place before each call; schemathesis then checks the request again against
+(as `contains`, schemathesis's generator does not finish). The hook puts such values in place
+before each call; schemathesis then checks the request again against
 the schema, so a request the hook makes valid counts as valid, and one still invalid as invalid.
 """
 
@@ -47,14 +47,17 @@ def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
                     messages.insert(0, {"role": "user", "content": "Hi"})
                 messages.append({"role": "assistant", "content": "Hello"})
     if path.endswith(("/train", "/train_sft")) and isinstance(body.get("config"), dict):
-        config = body["config"]
-        for key, cap in WORK.items():
-            if isinstance(config.get(key), int) and not isinstance(config[key], bool) and config[key] > cap:
-                config[key] = cap
+        _cap(body["config"], WORK)
     elif path == "/v1/chat/completions":
-        for key, cap in (("n", MAX_N), ("max_tokens", MAX_TOKENS), ("max_completion_tokens", MAX_TOKENS)):
-            if isinstance(body.get(key), int) and not isinstance(body[key], bool) and body[key] > cap:
-                body[key] = cap
+        _cap(body, {"n": MAX_N, "max_tokens": MAX_TOKENS, "max_completion_tokens": MAX_TOKENS})
+
+
+def _cap(fields: dict[str, Any], caps: dict[str, int]) -> None:
+    """Integers over their cap come down to it (values of another type are left to the schema)."""
+    for key, cap in caps.items():
+        value = fields.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > cap:
+            fields[key] = cap
 
 
 def _drop_provenance(node: Any) -> None:
