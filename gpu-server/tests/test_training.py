@@ -167,7 +167,8 @@ def test_a_sampler_that_scored_tokens_lower_is_corrected_not_clipped_in_every_gr
 def test_a_kl_penalty_to_an_earlier_step_measures_distance_to_that_steps_adapter(trainer):
     """kl_ref_step: the KL penalty's reference is that step's adapter, not the base model. Right after
     step 1 the policy is step 1's adapter, so the first gradient step's KL to step 1 is exactly 0,
-    while the KL to the base model is not; a step or a kl_coef that cannot work is a 400."""
+    while the KL to the base model is not. A kl_coef of 0 with a reference is a 400; a step with no
+    checkpoint a 404."""
     with trainer.client() as c:
         register(c, "klref")
         step(c, "klref", [sampled_group(c, "klref", [1.0, 0.0, 0.5, 0.0])], learning_rate=5e-2)
@@ -176,12 +177,12 @@ def test_a_kl_penalty_to_an_earlier_step_measures_distance_to_that_steps_adapter
         to_base = step(c, "klref", group, learning_rate=1e-9, kl_coef=0.5)
         first = [next(line for line in lines if line["type"] == "progress") for lines in (to_base, to_step_1)]
         assert first[0]["kl_ref"] > 1e-4 and first[1]["kl_ref"] == 0.0, first
-        for config, says in [
-            ({"kl_ref_step": 1}, "kl_coef is 0"),
-            ({"kl_ref_step": 99, "kl_coef": 0.1}, "no checkpoint of step 99"),
+        for config, status, says in [
+            ({"kl_ref_step": 1}, 400, "kl_coef is 0"),
+            ({"kl_ref_step": 99, "kl_coef": 0.1}, 404, "no checkpoint of step 99"),
         ]:
             r = c.post("/v1/art/models/klref/train", json={"groups": group, "config": config})
-            assert r.status_code == 400 and says in r.text, r.text
+            assert r.status_code == status and says in r.text, r.text
 
 
 def test_equal_rewards_train_nothing_but_the_step_advances_and_says_why(trainer):

@@ -11,6 +11,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from pydantic.json_schema import JsonDict
 
 from ..core.bounds import MAX_TOKEN_ID, MAX_TOKENS_PER_SEQUENCE
+from ..core.json_types import INTEGRAL, WholeNumber
 from ..core.names import ADAPTER_PATTERN, NAME_PATTERN, RESERVED_PROJECTS
 from ..trainer.grpo import GRPOConfig
 from ..trainer.lora import LoraSpec
@@ -47,7 +48,7 @@ JsonObject = Annotated[dict[str, Any], AfterValidator(_bounded_depth)]
 class _Open(BaseModel):
     """A model that passes unknown fields through (OpenAI's shapes grow), with their nesting bounded."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     @model_validator(mode="after")
     def _bounded_extra(self) -> Any:
@@ -57,6 +58,7 @@ class _Open(BaseModel):
 
 
 class FunctionCall(BaseModel):
+    model_config = ConfigDict(strict=True)
     name: str
     arguments: str | JsonObject = "{}"
 
@@ -68,8 +70,15 @@ class ToolCall(_Open):
 
 
 class TextPart(_Open):
-    type: str = Field(json_schema_extra={"const": "text"})  # another kind of part is a 400 naming it
+    type: str = Field(json_schema_extra={"const": "text"})
     text: str | None = None
+
+    @field_validator("type")
+    @classmethod
+    def _text_only(cls, kind: str) -> str:
+        if kind != "text":  # checked here, not only when rendered: /log renders nothing
+            raise ValueError(f"content part of type {kind!r} is not supported (only 'text')")
+        return kind
 
 
 class ChatMessage(_Open):
@@ -112,6 +121,7 @@ class FunctionDef(_Open):
 
 
 class Tool(BaseModel):
+    model_config = ConfigDict(strict=True)
     type: Literal["function"]
     function: FunctionDef
 
@@ -135,18 +145,18 @@ class ChatCompletionRequest(_Open):
     tool_choice: Literal["none", "auto", "required"] | JsonObject | None = Field(
         None, json_schema_extra={"anyOf": [{"enum": ["none", "auto"]}, {"type": "null"}]}
     )
-    n: int = Field(1, ge=1, le=1024)
+    n: WholeNumber = Field(1, ge=1, le=1024)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, ge=-1, le=MAX_TOKEN_ID)
-    max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_PER_SEQUENCE)
-    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_PER_SEQUENCE)
+    top_k: Annotated[int, Field(ge=-1, le=MAX_TOKEN_ID), INTEGRAL] | None = None
+    max_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS_PER_SEQUENCE), INTEGRAL] | None = None
+    max_completion_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS_PER_SEQUENCE), INTEGRAL] | None = None
     stop: str | list[str] | None = Field(
         None, json_schema_extra={"anyOf": [{"type": "string", "minLength": 1}, _STOP_LIST, {"type": "null"}]}
     )
-    seed: int | None = Field(None, ge=-MAX_INT64 - 1, le=MAX_INT64)
+    seed: Annotated[int, Field(ge=-MAX_INT64 - 1, le=MAX_INT64), INTEGRAL] | None = None
     logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    top_logprobs: Annotated[int, Field(ge=0, le=20), INTEGRAL] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     # vLLM extras accepted for compatibility: token ids are always returned.
@@ -157,6 +167,7 @@ class ChatCompletionRequest(_Open):
 
     model_config = ConfigDict(
         extra="allow",
+        strict=True,
         json_schema_extra={  # top_logprobs needs logprobs: true
             "if": {"required": ["top_logprobs"], "properties": {"top_logprobs": {"type": "integer", "minimum": 1}}},
             "then": {"required": ["logprobs"], "properties": {"logprobs": {"const": True}}},
@@ -205,11 +216,14 @@ class ModelList(BaseModel):
 class LoadAdapterRequest(BaseModel):
     """vLLM's runtime LoRA request shape: `lora_name` is `name@step`."""
 
+    model_config = ConfigDict(strict=True)
+
     lora_name: str = Field(min_length=1, max_length=200, json_schema_extra={"pattern": ADAPTER_PATTERN})
     lora_path: str = Field(min_length=1, max_length=4096)
 
 
 class UnloadAdapterRequest(BaseModel):
+    model_config = ConfigDict(strict=True)
     lora_name: str = Field(min_length=1, max_length=200, json_schema_extra={"pattern": ADAPTER_PATTERN})
 
 
@@ -224,7 +238,7 @@ class Health(BaseModel):
 
 
 class RegisterRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     # Checked by core/names.py (with messages that say the rule); the patterns publish it.
     name: str = Field(min_length=1, max_length=64, json_schema_extra={"pattern": NAME_PATTERN})
     project: str = Field(
@@ -239,10 +253,10 @@ class RegisterRequest(BaseModel):
 class SamplingIn(BaseModel):
     """The sampling parameters a choice was drawn with, as the server records them (`art_sampling`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     temperature: float = Field(ge=0, le=10, allow_inf_nan=False)
     top_p: float = Field(gt=0, le=1, allow_inf_nan=False)
-    top_k: int = Field(ge=0, le=MAX_TOKEN_ID)
+    top_k: WholeNumber = Field(ge=0, le=MAX_TOKEN_ID)
     engine: str = Field(min_length=1, max_length=32)
 
 
@@ -251,8 +265,12 @@ class SampledChoice(_Open):
 
     kind: Literal["choice"]
     message: JsonObject
-    prompt_token_ids: list[Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]] | None = Field(None, max_length=MAX_TOKENS_PER_SEQUENCE)
-    token_ids: list[Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]] | None = Field(None, max_length=MAX_TOKENS_PER_SEQUENCE)
+    prompt_token_ids: list[Annotated[int, Field(ge=0, le=MAX_TOKEN_ID), INTEGRAL]] | None = Field(
+        None, max_length=MAX_TOKENS_PER_SEQUENCE
+    )
+    token_ids: list[Annotated[int, Field(ge=0, le=MAX_TOKEN_ID), INTEGRAL]] | None = Field(
+        None, max_length=MAX_TOKENS_PER_SEQUENCE
+    )
     # The logprob of each sampled token under the distribution it was sampled from: finite, <= 0.
     logprobs: list[Annotated[float, Field(allow_inf_nan=False, ge=-1e4, le=LOGPROB_TOLERANCE)]] | None = Field(
         None, max_length=MAX_TOKENS_PER_SEQUENCE
@@ -261,7 +279,7 @@ class SampledChoice(_Open):
     # Which server and base model sampled it (see core/provenance.py); absent on hand-built choices.
     art_provenance: str | None = Field(None, max_length=256)
     # The trained model's step that sampled it (absent for the base model and hand-built choices).
-    art_policy_step: int | None = Field(None, ge=0, le=10**9)
+    art_policy_step: Annotated[int, Field(ge=0, le=10**9), INTEGRAL] | None = None
     # The sampling parameters it was drawn with; the trainer scores it with them (absent: hand-built).
     art_sampling: SamplingIn | None = None
 
@@ -280,7 +298,7 @@ class TrajectoryIn(_Open):
 class GroupsBody(BaseModel):
     """A body carrying trajectory groups: at least one group, none of them empty."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     groups: list[Annotated[list[TrajectoryIn], Field(max_length=1024, json_schema_extra={"minItems": 1})]] = Field(
         min_length=1, max_length=10_000
     )
@@ -298,11 +316,11 @@ class TrainRequest(GroupsBody):
     config: GRPOConfig = Field(default_factory=GRPOConfig)  # pyright: ignore[reportArgumentType]  (every field has a default)
     serve_previous_during_training: bool = False
     # What a pipelined client did with groups too far behind before sending this step (recorded in its metrics).
-    stale_groups_dropped: int = Field(0, ge=0, le=10**6)
-    stale_groups_retried: int = Field(0, ge=0, le=10**6)
+    stale_groups_dropped: WholeNumber = Field(0, ge=0, le=10**6)
+    stale_groups_retried: WholeNumber = Field(0, ge=0, le=10**6)
     # How fast the client's rollouts of this step sampled (its completion tokens over its gathering's
     # wall time), recorded as sampling_tokens_per_second beside the trainer's own tokens per second.
-    sampled_tokens: int = Field(0, ge=0, le=10**12)
+    sampled_tokens: WholeNumber = Field(0, ge=0, le=10**12)
     sampling_seconds: float = Field(0.0, ge=0, le=10**7, allow_inf_nan=False)
 
 
@@ -318,7 +336,7 @@ class Conversation(_Open):
 
 
 class SFTRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     conversations: list[Conversation] = Field(min_length=1, max_length=100_000)
     config: SFTConfig = Field(default_factory=SFTConfig)  # pyright: ignore[reportArgumentType]  (every field has a default)
 
@@ -337,9 +355,9 @@ class LogRequest(GroupsBody):
     split: str = Field("val", min_length=1, max_length=64, json_schema_extra={"pattern": NAME_PATTERN})
     # The step the groups were sampled at (default: the current one), e.g. an evaluation of step s
     # logged while step s + 1 trains. At most the current step.
-    step: int | None = Field(None, ge=0, le=10**9)
+    step: Annotated[int, Field(ge=0, le=10**9), INTEGRAL] | None = None
 
 
 class DeleteCheckpointsRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     keep_best_by: str = Field("val/reward", pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_./-]+$")

@@ -69,6 +69,8 @@ async def _stream(lines: AsyncGenerator[dict[str, Any], None], request: Request)
         first = await lines.__anext__()  # validation errors still get a status code
     except ValueError as error:
         raise ApiError(400, str(error), "invalid_value") from None
+    except ckpt.CheckpointNotFound as error:
+        raise ApiError(404, str(error), "checkpoint_not_found") from None
     if await request.is_disconnected():
         # The client left while the step was prepared (a stopped pipeline): never begin it, so a
         # client that saw its request fail does not find the model training afterwards.

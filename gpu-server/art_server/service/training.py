@@ -92,18 +92,14 @@ class TrainingService:
 
     def _reference(self, model: TrainableModel, config: GRPOConfig) -> tuple[str, dict[str, torch.Tensor]] | None:
         """The slot holding step `config.kl_ref_step`'s adapter, the KL penalty's reference (loaded once
-        per step asked for), and its weights; None for the base model. ValueError (400) when it cannot be."""
+        per step asked for), and its weights; None for the base model. CheckpointNotFound (404) for a
+        step the model has no checkpoint of."""
         step = config.kl_ref_step
         if step is None:
             return None
-        if not config.kl_coef:
-            raise ValueError(
-                f"kl_ref_step {step} names the KL penalty's reference, but kl_coef is 0: set kl_coef above 0 "
-                "(or leave kl_ref_step out)"
-            )
         steps = ckpt.complete_steps(model.paths)
         if step not in steps:
-            raise ValueError(
+            raise ckpt.CheckpointNotFound(
                 f"kl_ref_step {step}: {model.name} has no checkpoint of step {step} (it has steps "
                 f"{', '.join(map(str, steps[-10:]))}{' and earlier' if len(steps) > 10 else ''})"
             )

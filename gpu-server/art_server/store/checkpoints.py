@@ -22,6 +22,10 @@ STATE = "state.json"
 TRAJECTORIES = "trajectories.jsonl"  # the trajectories a step trained on, committed with it
 
 
+class CheckpointNotFound(LookupError):
+    """A request names a step the model has no checkpoint of (a 404: the model's state, not the body)."""
+
+
 def complete_steps(paths: ModelPaths) -> list[int]:
     if not paths.checkpoints.exists():
         return []

@@ -12,12 +12,13 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..core.bounds import MAX_TOKENS_PER_SEQUENCE
+from ..core.json_types import INTEGRAL, WholeNumber
 from .guard import StepGuard
 from .logprobs import Batch, pad_batch, token_logprobs
 from .lora import LoraHost
@@ -30,7 +31,14 @@ class GRPOConfig(BaseModel):
     """A GRPO step's configuration: declared once, here; the HTTP schema (TrainRequest.config) and
     the trainer both use it, and docs/openapi.json shows it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={  # kl_ref_step needs kl_coef above 0 (the rule of _check_kl below)
+            "if": {"required": ["kl_ref_step"], "properties": {"kl_ref_step": {"type": "integer"}}},
+            "then": {"required": ["kl_coef"], "properties": {"kl_coef": {"exclusiveMinimum": 0}}},
+        },
+    )
     learning_rate: float = Field(default=5e-6, gt=0, le=1, allow_inf_nan=False)
     loss: Literal["ppo", "cispo"] = "ppo"
     # None: the defaults of the ratio in use (0.2 / 0.28 per token, GSPO's 3e-4 / 4e-4 per sequence).
@@ -40,20 +48,20 @@ class GRPOConfig(BaseModel):
     scale_rewards: bool = True
     importance_sampling: Literal["token", "sequence"] = "token"
     max_grad_norm: float = Field(default=1.0, gt=0, le=1e6, allow_inf_nan=False)
-    micro_batch_size: int = Field(default=16, ge=1, le=4096)
-    gradient_steps: int = Field(default=1, ge=1, le=1000)
+    micro_batch_size: WholeNumber = Field(default=16, ge=1, le=4096)
+    gradient_steps: WholeNumber = Field(default=1, ge=1, le=1000)
     # Overrides the temperature each turn is scored at (by default the one it was sampled with).
     temperature: float | None = Field(default=None, gt=0, le=10, allow_inf_nan=False)
-    max_sequence_length: int | None = Field(default=None, ge=1, le=MAX_TOKENS_PER_SEQUENCE)
+    max_sequence_length: Annotated[int, Field(ge=1, le=MAX_TOKENS_PER_SEQUENCE), INTEGRAL] | None = None
     sampler_correction: Literal["tis", "none"] = "tis"
     sampler_correction_cap: float = Field(default=2.0, ge=1, le=1e6, allow_inf_nan=False)
     length_normalization: Literal["trajectory", "token", "constant"] = "trajectory"
     # The constant of length_normalization "constant" (Dr. GRPO's maximum completion length).
-    normalization_tokens: int = Field(default=1024, ge=1, le=MAX_TOKENS_PER_SEQUENCE)
+    normalization_tokens: WholeNumber = Field(default=1024, ge=1, le=MAX_TOKENS_PER_SEQUENCE)
     # The KL penalty's reference: this step's adapter (None: the base model).
-    kl_ref_step: int | None = Field(default=None, ge=0, le=10**9)
+    kl_ref_step: Annotated[int, Field(ge=0, le=10**9), INTEGRAL] | None = None
     # Groups with a turn sampled further behind are skipped ("stale").
-    max_steps_off_policy: int | None = Field(default=None, ge=0, le=10**6)
+    max_steps_off_policy: Annotated[int, Field(ge=0, le=10**6), INTEGRAL] | None = None
 
     @field_validator("length_normalization", mode="before")
     @classmethod
@@ -64,6 +72,15 @@ class GRPOConfig(BaseModel):
                 'constant normaliser say "constant" (with normalization_tokens)'
             )
         return value
+
+    @model_validator(mode="after")
+    def _check_kl(self) -> GRPOConfig:
+        if self.kl_ref_step is not None and not self.kl_coef:
+            raise ValueError(
+                f"kl_ref_step {self.kl_ref_step} names the KL penalty's reference, but kl_coef is 0: set kl_coef "
+                "above 0 (or leave kl_ref_step out)"
+            )
+        return self
 
     @property
     def clip_range(self) -> tuple[float, float]:

@@ -16,6 +16,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core import adapter_switch
+from ..core.json_types import WholeNumber
 
 TORCH_THREADS = torch.get_num_threads()
 
@@ -26,9 +27,9 @@ class LoraSpec(BaseModel):
     """A trainable model's LoRA configuration, declared once: the register route's schema
     (RegisterRequest.lora), what model.json stores, and what PEFT gets."""
 
-    model_config = ConfigDict(extra="forbid")
-    r: int = Field(default=8, ge=1, le=512)
-    alpha: int = Field(default=16, ge=1, le=4096)
+    model_config = ConfigDict(extra="forbid", strict=True)
+    r: WholeNumber = Field(default=8, ge=1, le=512)
+    alpha: WholeNumber = Field(default=16, ge=1, le=4096)
     dropout: float = Field(default=0.0, ge=0, lt=1)
     target_modules: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
         default_factory=lambda: list(DEFAULT_TARGETS), min_length=1, max_length=64

@@ -14,6 +14,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..chat.prompt import prompt_token_ids
+from ..core.json_types import WholeNumber
 from .guard import StepGuard
 from .logprobs import pad_batch, token_logprobs
 from .lora import LoraHost
@@ -24,16 +25,16 @@ from .sequences import Sequence
 class SFTConfig(BaseModel):
     """An SFT step's configuration, declared once (as GRPOConfig is)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     learning_rate: float = Field(default=2e-4, gt=0, le=1, allow_inf_nan=False)
-    epochs: int = Field(default=3, ge=1, le=1000)
-    batch_size: int = Field(default=8, ge=1, le=4096)
+    epochs: WholeNumber = Field(default=3, ge=1, le=1000)
+    batch_size: WholeNumber = Field(default=8, ge=1, le=4096)
     schedule: Literal["constant", "cosine"] = "cosine"
     warmup_ratio: float = Field(default=0.1, ge=0, lt=1, allow_inf_nan=False)
     train_on: Literal["all_assistant", "last_assistant"] = "all_assistant"
     max_grad_norm: float = Field(default=1.0, gt=0, le=1e6, allow_inf_nan=False)
-    micro_batch_size: int = Field(default=16, ge=1, le=4096)
-    seed: int = Field(default=0, ge=0, le=2**32 - 1)
+    micro_batch_size: WholeNumber = Field(default=16, ge=1, le=4096)
+    seed: WholeNumber = Field(default=0, ge=0, le=2**32 - 1)
 
 
 def sft_sequence(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, train_on: str) -> Sequence:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Annotated, Any
+from typing import Any
 
 import orjson
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from pydantic.json_schema import JsonDict
 
 # Item and call ids: unique per process; a counter (os.urandom per id showed up in profiles before).
@@ -23,14 +23,6 @@ _counter = iter(range(1 << 62))
 
 def new_id(kind: str) -> str:
     return f"{kind}_{_PREFIX}{next(_counter):08x}"
-
-
-def _integral(value: Any) -> Any:
-    return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
-# An integer as JSON Schema has it: 3 and 3.0, never "3" or true (Forbidding models are strict).
-WholeNumber = Annotated[int, BeforeValidator(_integral)]
 
 
 class Forbidding(BaseModel):

@@ -11,15 +11,15 @@ message to continue) is a 400 naming the field.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, JsonValue
 
+from ...core.json_types import INTEGRAL, WholeNumber
 from ..schemas import MAX_TOKEN_ID, MAX_TOKENS_PER_SEQUENCE, JsonObject
 from .dialect import (
     Forbidding,
     StreamedSample,
-    WholeNumber,
     arguments_object,
     arguments_text,
     invalid,
@@ -73,7 +73,7 @@ class MessagesRequest(Forbidding):
     )
     temperature: float | None = Field(None, ge=0, le=1)
     top_p: float | None = Field(None, gt=0, le=1)
-    top_k: WholeNumber | None = Field(None, ge=1, le=MAX_TOKEN_ID)
+    top_k: Annotated[int, Field(ge=1, le=MAX_TOKEN_ID), INTEGRAL] | None = None
     stop_sequences: list[str] | None = None
     stream: bool = False
     # No effect on what is sampled:

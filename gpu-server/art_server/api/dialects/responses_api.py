@@ -12,15 +12,15 @@ structured output) is a 400 naming the field.
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, JsonValue
 
+from ...core.json_types import INTEGRAL
 from ..schemas import MAX_TOKENS_PER_SEQUENCE, JsonObject
 from .dialect import (
     Forbidding,
     StreamedSample,
-    WholeNumber,
     invalid,
     json_safe,
     new_id,
@@ -59,8 +59,8 @@ class ResponsesRequest(Forbidding):
     )
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    max_output_tokens: WholeNumber | None = Field(None, ge=1, le=MAX_TOKENS_PER_SEQUENCE)
-    top_logprobs: WholeNumber | None = Field(None, ge=0, le=20)
+    max_output_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS_PER_SEQUENCE), INTEGRAL] | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=20), INTEGRAL] | None = None
     stream: bool = False
     include: list[str] | None = Field(
         None, json_schema_extra={"anyOf": [{"type": "array", "items": {"const": LOGPROBS_INCLUDE}}, {"type": "null"}]}
