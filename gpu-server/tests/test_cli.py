@@ -44,6 +44,19 @@ def test_loopback_generates_a_token_and_env_vars_match_flags(monkeypatch):
     assert (config.token, config.engine, str(config.data_dir)) == ("from-env", "hf", "/tmp/somewhere")
 
 
+@pytest.mark.fast
+def test_the_hours_price_is_a_finite_amount_of_dollars(monkeypatch, capsys):
+    assert parse_args([]).gpu_cost_per_hour_usd == 0  # not priced
+    assert parse_args(["--gpu-cost-per-hour-usd", "2.5"]).gpu_cost_per_hour_usd == 2.5
+    monkeypatch.setenv("ART_GPU_COST_PER_HOUR_USD", "3")
+    assert parse_args([]).gpu_cost_per_hour_usd == 3
+    for bad in ("-1", "nan", "inf", "two dollars"):
+        with pytest.raises(SystemExit) as exited:
+            parse_args(["--gpu-cost-per-hour-usd", bad])
+        assert exited.value.code == 78
+        assert "US dollars per hour" in capsys.readouterr().err
+
+
 def test_ready_line_is_the_only_stdout_and_the_token_guards_the_api(tmp_path):
     srv = start_server(tmp_path, "--token", "secret-token")
     try:

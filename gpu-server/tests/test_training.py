@@ -22,7 +22,7 @@ PROMPT = board_prompt("X . .\n. O .\n. . .")
 @pytest.fixture(scope="module")
 def trainer(tmp_path_factory, tiny_path):
     data = tmp_path_factory.mktemp("train-data")
-    srv = start_server(data, "--base-model", "builtin:tiny")
+    srv = start_server(data, "--base-model", "builtin:tiny", "--gpu-cost-per-hour-usd", "3.6")
     yield srv
     srv.stop()
 
@@ -183,6 +183,37 @@ def test_a_kl_penalty_to_an_earlier_step_measures_distance_to_that_steps_adapter
         ]:
             r = c.post("/v1/art/models/klref/train", json={"groups": group, "config": config})
             assert r.status_code == status and says in r.text, r.text
+
+
+def test_a_step_records_its_wall_time_and_its_cost_at_the_hours_price(trainer):
+    """step_s: the step's wall time on the server; sampling_s: its rollouts' gathering time, as the
+    client measured it; cost_usd: both at the price sent with the step (the model's option), else at
+    the server's --gpu-cost-per-hour-usd (3.6 here). SFT steps too, without sampling."""
+    with trainer.client() as c:
+        register(c, "priced")
+        group = [sampled_group(c, "priced", [1.0, 0.0, 0.5, 0.0])]
+        sft = {"conversations": [{"messages": [*PROMPT, {"role": "assistant", "content": "B2"}]}], "config": {"epochs": 1}}
+        rows = []
+        for path, body, price in [
+            ("train", {"groups": group, "sampling_seconds": 100.0}, 3.6),
+            ("train", {"groups": group, "sampling_seconds": 100.0, "gpu_cost_per_hour_usd": 36.0}, 36.0),
+            ("train_sft", {**sft, "gpu_cost_per_hour_usd": 36.0}, 36.0),
+        ]:
+            started = time.perf_counter()
+            r = c.post(f"/v1/art/models/priced/{path}", json=body)
+            wall = time.perf_counter() - started
+            assert r.status_code == 200, r.text
+            row = json.loads(r.text.splitlines()[-1])["metrics"]
+            sampling = body.get("sampling_seconds", 0.0)
+            assert 0 < row["step_s"] <= wall and row.get("sampling_s", 0.0) == sampling, row
+            assert row["gpu_cost_per_hour_usd"] == price, row
+            assert row["cost_usd"] == pytest.approx(price * (sampling + row["step_s"]) / 3600), row
+            rows.append(row)
+        recorded = [r for r in c.get("/v1/art/models/priced/history").json()["rows"] if r["split"] in ("train", "sft")]
+        assert [r["cost_usd"] for r in recorded] == [r["cost_usd"] for r in rows]
+        for bad in (-1, "2.5", 1e6):
+            r = c.post("/v1/art/models/priced/train", json={"groups": group, "gpu_cost_per_hour_usd": bad})
+            assert r.status_code == 400 and "gpu_cost_per_hour_usd" in r.text, r.text
 
 
 def test_equal_rewards_train_nothing_but_the_step_advances_and_says_why(trainer):

@@ -144,13 +144,22 @@ export interface TrainableModelOptions {
   baseModel?: string;
   /** LoRA configuration (defaults r=8, alpha=16, dropout 0, all attention and MLP projections). */
   lora?: LoraConfig;
+  /**
+   * What an hour of the server's machine costs, in US dollars (e.g. 2.5 for a rented H100): each
+   * step's metrics then hold `costUsd` for its sampling and training time (default: the server's
+   * `--gpu-cost-per-hour-usd`, else not priced).
+   */
+  gpuCostPerHourUsd?: number;
 }
+
+const MAX_PRICE_PER_HOUR = 100_000; // the server's bound on gpu_cost_per_hour_usd (core/bounds.py)
 
 const TrainableModelOptionsSchema = z.object({
   name: safeNameOption,
   project: safeNameOption,
   baseModel: z.string().min(1).optional(),
   lora: LoraConfigSchema.optional(),
+  gpuCostPerHourUsd: z.number().min(0).max(MAX_PRICE_PER_HOUR).finite().optional(),
 }).strict();
 
 /** Options of {@link TrainableModel.train} beyond the GRPO config. */
@@ -241,6 +250,8 @@ export class TrainableModel implements ChatModel {
   readonly baseModel: string;
   /** Its LoRA configuration, or undefined for the server's defaults. */
   readonly lora: LoraConfig | undefined;
+  /** What an hour of the server's machine costs (US dollars), or undefined for the server's price. */
+  readonly gpuCostPerHourUsd: number | undefined;
   /**
    * The fetch for frameworks (with {@link TrainableModel.baseURL}): asks every chat completion for
    * token ids and logprobs, and records it inside {@link TrainableModel.rollout}.
@@ -258,6 +269,7 @@ export class TrainableModel implements ChatModel {
     this.project = options.project;
     this.baseModel = options.baseModel ?? DEFAULT_BASE_MODEL;
     this.lora = options.lora;
+    this.gpuCostPerHourUsd = options.gpuCostPerHourUsd;
     this.fetch = recordingFetch({ owner: this, label: this.name, askForTokens: true, base: (input, init) => this.backendFetch(input, init) });
   }
 
@@ -373,7 +385,8 @@ export class TrainableModel implements ChatModel {
     return this.runStep("train", { groups: wire, config: trainConfigToWire(config),
       serve_previous_during_training: servePreviousDuringTraining ?? false,
       ...(staleGroupCounts ? { stale_groups_dropped: staleGroupCounts.dropped, stale_groups_retried: staleGroupCounts.retried } : {}),
-      ...(sampling ? { sampled_tokens: sampling.tokens, sampling_seconds: sampling.seconds } : {}) } satisfies TrainBody,
+      ...(sampling ? { sampled_tokens: sampling.tokens, sampling_seconds: sampling.seconds } : {}),
+      ...this.price() } satisfies TrainBody,
     progress ?? true, onEvent, signal);
   }
 
@@ -401,7 +414,12 @@ export class TrainableModel implements ChatModel {
       }
       return parsed.data;
     });
-    return this.runStep("train_sft", { conversations: wire, config: sftConfigToWire(config) } satisfies SftBody, progress ?? true, onEvent);
+    return this.runStep("train_sft", { conversations: wire, config: sftConfigToWire(config), ...this.price() } satisfies SftBody,
+      progress ?? true, onEvent);
+  }
+
+  private price(): { gpu_cost_per_hour_usd?: number } {
+    return this.gpuCostPerHourUsd === undefined ? {} : { gpu_cost_per_hour_usd: this.gpuCostPerHourUsd };
   }
 
   /** The metrics history as a danfo DataFrame (needs the optional `danfojs-node`): step, split, and a column per numeric metric. */

@@ -678,6 +678,11 @@ export interface components {
             config?: components["schemas"]["SFTConfig"];
             /** Conversations */
             conversations: components["schemas"]["Conversation"][];
+            /**
+             * Gpu Cost Per Hour Usd
+             * What an hour of the server's machine costs, in US dollars (default: the server's --gpu-cost-per-hour-usd): the step records cost_usd for its sampling_seconds and its own wall time
+             */
+            gpu_cost_per_hour_usd?: number | null;
         };
         /**
          * SampledChoice
@@ -767,6 +772,11 @@ export interface components {
         /** TrainRequest */
         TrainRequest: {
             config?: components["schemas"]["GRPOConfig"];
+            /**
+             * Gpu Cost Per Hour Usd
+             * What an hour of the server's machine costs, in US dollars (default: the server's --gpu-cost-per-hour-usd): the step records cost_usd for its sampling_seconds and its own wall time
+             */
+            gpu_cost_per_hour_usd?: number | null;
             /** Groups */
             groups: components["schemas"]["TrajectoryIn"][][];
             /**

@@ -101,6 +101,14 @@ export interface StepMetrics {
   sleepSeconds?: number;
   /** vllm engine: seconds waking vLLM after training. */
   wakeSeconds?: number;
+  /** The step's wall seconds on the server, from checking its data to serving the new adapter. */
+  stepSeconds?: number;
+  /** Wall seconds the step's rollouts took to gather (measured by `trainLoop` and `trainPipeline`). */
+  samplingSeconds?: number;
+  /** The price the step was costed at: US dollars per hour of the server's machine. */
+  gpuCostPerHourUsd?: number;
+  /** What the step cost: its `samplingSeconds` and `stepSeconds` at `gpuCostPerHourUsd` (absent when no price is set). */
+  costUsd?: number;
   /** Your trajectories' metrics (means; booleans as rates), under the names you gave them. */
   [metric: string]: unknown;
 }

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.json_schema import JsonDict
 
-from ..core.bounds import MAX_TOKEN_ID, MAX_TOKENS_PER_SEQUENCE
+from ..core.bounds import MAX_PRICE_PER_HOUR, MAX_TOKEN_ID, MAX_TOKENS_PER_SEQUENCE
 from ..core.json_types import INTEGRAL, WholeNumber
 from ..core.names import ADAPTER_PATTERN, NAME_PATTERN, RESERVED_PROJECTS
 from ..trainer.grpo import GRPOConfig
@@ -312,6 +312,12 @@ class GroupsBody(BaseModel):
         return groups
 
 
+PRICE = (
+    "What an hour of the server's machine costs, in US dollars (default: the server's --gpu-cost-per-hour-usd): "
+    "the step records cost_usd for its sampling_seconds and its own wall time"
+)
+
+
 class TrainRequest(GroupsBody):
     config: GRPOConfig = Field(default_factory=GRPOConfig)  # pyright: ignore[reportArgumentType]  (every field has a default)
     serve_previous_during_training: bool = False
@@ -322,6 +328,7 @@ class TrainRequest(GroupsBody):
     # wall time), recorded as sampling_tokens_per_second beside the trainer's own tokens per second.
     sampled_tokens: WholeNumber = Field(0, ge=0, le=10**12)
     sampling_seconds: float = Field(0.0, ge=0, le=10**7, allow_inf_nan=False)
+    gpu_cost_per_hour_usd: float | None = Field(None, ge=0, le=MAX_PRICE_PER_HOUR, allow_inf_nan=False, description=PRICE)
 
 
 class Conversation(_Open):
@@ -339,6 +346,7 @@ class SFTRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     conversations: list[Conversation] = Field(min_length=1, max_length=100_000)
     config: SFTConfig = Field(default_factory=SFTConfig)  # pyright: ignore[reportArgumentType]  (every field has a default)
+    gpu_cost_per_hour_usd: float | None = Field(None, ge=0, le=MAX_PRICE_PER_HOUR, allow_inf_nan=False, description=PRICE)
 
     @model_validator(mode="after")
     def _bounded_work(self) -> SFTRequest:

@@ -33,6 +33,12 @@ def _model(request: Request, name: str) -> Any:
         raise ApiError(404, str(error.args[0]), "model_not_registered", "name") from None
 
 
+def _price(request: Request, asked: float | None) -> float | None:
+    """The hour's price a step is costed at: the request's (the model's option), else the server's flag."""
+    price = asked if asked is not None else request.app.state.config.gpu_cost_per_hour_usd
+    return price or None
+
+
 def _dump_groups(groups: list) -> list[list[dict[str, Any]]]:
     return [[t.model_dump(mode="json", exclude_none=True) for t in g] for g in groups]
 
@@ -116,7 +122,9 @@ async def train(name: str, body: TrainRequest, request: Request) -> Response:
                 "groups_dropped_stale": body.stale_groups_dropped,
                 "groups_retried_stale": body.stale_groups_retried,
                 "sampling_tokens_per_second": body.sampled_tokens / body.sampling_seconds if body.sampling_seconds else 0,
+                "sampling_s": body.sampling_seconds,
             },
+            _price(request, body.gpu_cost_per_hour_usd),
         ),
         request,
     )
@@ -126,7 +134,8 @@ async def train(name: str, body: TrainRequest, request: Request) -> Response:
 async def train_sft(name: str, body: SFTRequest, request: Request) -> Response:
     _model(request, name)
     conversations = [c.model_dump(mode="json", exclude_none=True) for c in body.conversations]
-    return await _stream(manager_of(request).training.train_sft(name, conversations, body.config), request)
+    price = _price(request, body.gpu_cost_per_hour_usd)
+    return await _stream(manager_of(request).training.train_sft(name, conversations, body.config, price), request)
 
 
 @router.post("/{name}/log", summary="Store trajectory groups (e.g. split 'val') and their metrics at the current step")

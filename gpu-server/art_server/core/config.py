@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import math
 import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import overload
+
+from .bounds import MAX_PRICE_PER_HOUR
 
 # A configuration that cannot work ends the process with one line and this exit code (EX_CONFIG
 # from sysexits.h); LocalBackend turns it into a ConfigurationError. See preflight.py.
@@ -52,6 +55,7 @@ class ServerConfig:
     body_timeout_s: float = 30.0
     max_batch_size: int = 256
     max_n: int = 256
+    gpu_cost_per_hour_usd: float = 0.0  # what this machine's hour costs: each step's cost_usd (0: not priced)
     log_level: str = "info"
     parent_pid: int | None = None  # exit when this process is gone (LocalBackend passes its own)
     docs: bool = False  # serve /docs, /redoc and /openapi.json (public: they describe the API, no data)
@@ -95,6 +99,16 @@ def _env(name: str, default: str) -> str: ...
 def _env(name: str, default: None) -> str | None: ...
 def _env(name: str, default: str | None) -> str | None:
     return os.environ.get(f"ART_{name}", default)
+
+
+def _price(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a price: give US dollars per hour, e.g. 2.5") from None
+    if not math.isfinite(value) or not 0 <= value <= MAX_PRICE_PER_HOUR:
+        raise argparse.ArgumentTypeError(f"{text} US dollars per hour: give a price from 0 to {MAX_PRICE_PER_HOUR:,}")
+    return value
 
 
 def parse_args(argv: list[str] | None = None) -> ServerConfig:
@@ -174,6 +188,13 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         help="hf engine: most sequences decoded together",
     )
     p.add_argument("--max-n", type=int, default=int(_env("MAX_N", str(d.max_n))), help="largest n per request")
+    p.add_argument(
+        "--gpu-cost-per-hour-usd",
+        type=_price,
+        default=_price(_env("GPU_COST_PER_HOUR_USD", str(d.gpu_cost_per_hour_usd))),
+        help="what an hour of this machine costs, in US dollars: each training step records cost_usd for its "
+        "sampling and training time (a model's gpuCostPerHourUsd overrides it; ART_GPU_COST_PER_HOUR_USD)",
+    )
     p.add_argument("--log-level", default=_env("LOG_LEVEL", d.log_level))
     p.add_argument(
         "--parent-pid",
@@ -313,6 +334,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         body_timeout_s=a.body_timeout,
         max_batch_size=a.max_batch_size,
         max_n=a.max_n,
+        gpu_cost_per_hour_usd=a.gpu_cost_per_hour_usd,
         log_level=a.log_level,
         parent_pid=a.parent_pid,
         docs=a.docs,

@@ -49,6 +49,8 @@ class StepPlan:
     metrics: dict[str, Any]
     timings: dict[str, float] = field(default_factory=dict)
     trajectories: list[list[dict[str, Any]]] | None = None  # GRPO's groups, stored with the checkpoint
+    started: float = field(default_factory=time.perf_counter)  # when the step's own work began (perf_counter)
+    price: float | None = None  # US dollars per hour of the machine: the row's cost_usd
 
 
 class StepTransaction:
@@ -158,7 +160,7 @@ class StepTransaction:
             log.exception("step %d of %s is saved but could not be loaded for serving", step, model.name)
             message = f"step {step} is saved but could not be loaded for serving ({type(error).__name__}: {error})"
             self.lines.put_nowait({"type": "warning", "message": message})
-        self.plan.row.update(timings)
+        self.plan.row.update({**timings, **step_cost(self.plan)})
         try:
             await asyncio.to_thread(self._record)
         except OSError as error:
@@ -178,6 +180,17 @@ class StepTransaction:
         finally:
             self.model.gate.set()
             self.model.serve_previous = False
+
+
+def step_cost(plan: StepPlan) -> dict[str, float]:
+    """The step's wall time (`step_s`: from its checks to serving the new adapter) and, with a price,
+    its cost: the machine is held while the step's rollouts sample (`sampling_s`, measured by the
+    client) and while it trains."""
+    step_s = time.perf_counter() - plan.started
+    if plan.price is None:
+        return {"step_s": step_s}
+    hours = (plan.metrics.get("sampling_s", 0.0) + step_s) / 3600
+    return {"step_s": step_s, "gpu_cost_per_hour_usd": plan.price, "cost_usd": plan.price * hours}
 
 
 def plain(metrics: dict[str, Any]) -> dict[str, Any]:

@@ -278,9 +278,10 @@ class TrainingService:
         config: GRPOConfig,
         serve_previous: bool = False,
         pipeline: dict[str, float] | None = None,
+        price: float | None = None,
     ) -> AsyncGenerator[dict[str, Any], None]:
         """One GRPO step; `pipeline` holds what a pipelined client measured (stale groups, sampling
-        throughput), recorded as metrics where not 0."""
+        throughput and time), recorded as metrics where not 0; `price` what the machine's hour costs."""
         model = self.get(name)
         async with model.lock:
             await self._idle(model)
@@ -330,13 +331,15 @@ class TrainingService:
                 metrics=metrics,
                 timings=timings,
                 trajectories=groups,
+                started=started,
+                price=price,
             )
             async for line in self._run_step(model, engine, serve_previous, plan):
                 yield line
             yield {"type": "result", "step": new_step, "metrics": plan.row}
 
     async def train_sft(
-        self, name: str, conversations: list[dict[str, Any]], config: SFTConfig
+        self, name: str, conversations: list[dict[str, Any]], config: SFTConfig, price: float | None = None
     ) -> AsyncGenerator[dict[str, Any], None]:
         model = self.get(name)
         async with model.lock:
@@ -374,6 +377,8 @@ class TrainingService:
                 row={"step": from_step, "split": "sft", "time": time.time(), "kind": "sft"},
                 metrics=metrics,
                 timings=timings,
+                started=started,
+                price=price,
             )
             async for line in self._run_step(model, engine, False, plan):
                 yield line

@@ -56,8 +56,8 @@ describe("trainPipeline", () => {
     await backend?.close();
   });
 
-  async function fresh(name: string): Promise<TrainableModel> {
-    const model = new TrainableModel({ name, project: "pipeline-tests", baseModel: "builtin:tiny" });
+  async function fresh(name: string, options: { gpuCostPerHourUsd?: number } = {}): Promise<TrainableModel> {
+    const model = new TrainableModel({ name, project: "pipeline-tests", baseModel: "builtin:tiny", ...options });
     await model.register(backend);
     return model;
   }
@@ -113,7 +113,7 @@ describe("trainPipeline", () => {
   });
 
   it("maxStepsOffPolicy 1 learns the toy task; no trained token is more than 1 step behind, and the stages overlap", { timeout: 300_000 }, async () => {
-    const model = await fresh("async-1");
+    const model = await fresh("async-1", { gpuCostPerHourUsd: 2.5 });
     const rewards: number[] = [];
     const rise = () => {
       const first = rewards.slice(0, 10).reduce((a, b) => a + b, 0) / 10;
@@ -144,6 +144,11 @@ describe("trainPipeline", () => {
     const trained = rows.filter((r) => r.tokensTrained);
     assert.ok(trained.length && trained.every((r) => (r.samplingTokensPerSecond ?? 0) > 0 && (r.trainerTokensPerSecond ?? 0) > 0),
       `throughputs: ${trained.map((r) => `${r.samplingTokensPerSecond}/${r.trainerTokensPerSecond}`).join(", ")}`);
+    // And its cost: its rollouts' and its own wall time at the model's price.
+    for (const r of trained) {
+      assert.ok((r.samplingSeconds ?? 0) > 0 && (r.stepSeconds ?? 0) > 0 && r.gpuCostPerHourUsd === 2.5, JSON.stringify(r));
+      assert.ok(Math.abs(r.costUsd! - 2.5 * (r.samplingSeconds! + r.stepSeconds!) / 3600) < 1e-9, JSON.stringify(r));
+    }
     assert.ok(result!.overlapSeconds > 0);
     await assertIdle(model);
   });

@@ -93,6 +93,8 @@ describe("options", () => {
       assert.ok(message.includes(part), `${part} not in: ${message}`);
     }
     assert.match(await configurationError(() => new TrainableModel({ name: "has space", project: "p" })), /option `name` must be 1-64 letters/);
+    assert.match(await configurationError(() => new TrainableModel({ name: "a", project: "p", gpuCostPerHourUsd: -1 })),
+      /option `gpuCostPerHourUsd` must be >= 0 \(got -1\)/);
     assert.match(await configurationError(() => new RemoteBackend({ url: "localhost:8000", token: "t" })), /option `url` must be an http\(s\) URL/);
     assert.match(await configurationError(() => new Model({ name: "" })), /^new Model: option `name` must not be empty/);
     assert.match(await configurationError(() => LocalBackend.start({ startupTimeoutMs: 5 })), /option `startupTimeoutMs` must be >= 1000 \(got 5\)/);
