@@ -58,7 +58,7 @@ describe("notebookParams", () => {
     const read = new Set<string>();
     const config = fs.readFileSync(path.join(root, "gpu-server/art_server/core/config.py"), "utf8");
     for (const m of config.matchAll(/_env\("([A-Z0-9_]+)"/g)) read.add(`ART_${m[1]}`);
-    const sources = ["lib", "scripts", "kernel", "gpu-server/art_server"].flatMap((dir) => fs.readdirSync(path.join(root, dir), { recursive: true })
+    const sources = ["lib", "scripts", "kernel", "gpu-server/art_server", "gpu-server/tests"].flatMap((dir) => fs.readdirSync(path.join(root, dir), { recursive: true })
       .map(String).filter((f) => /\.(ts|mjs|cjs|py)$/.test(f)).map((f) => path.join(root, dir, f)));
     for (const file of sources) {
       for (const m of fs.readFileSync(file, "utf8").matchAll(/(?:env\.|env\[["']|environ(?:\.get)?\(["']|getenv\(["'])(ART_[A-Z0-9_]+)/g)) read.add(m[1]!);
