@@ -50,6 +50,11 @@ def test_the_hours_price_is_a_finite_amount_of_dollars(monkeypatch, capsys):
     assert parse_args(["--gpu-cost-per-hour-usd", "2.5"]).gpu_cost_per_hour_usd == 2.5
     monkeypatch.setenv("ART_GPU_COST_PER_HOUR_USD", "3")
     assert parse_args([]).gpu_cost_per_hour_usd == 3
+    monkeypatch.setenv("ART_GPU_COST_PER_HOUR_USD", "-3")  # from the environment too: the same one-line error
+    with pytest.raises(SystemExit) as exited:
+        parse_args([])
+    assert exited.value.code == 78 and "US dollars per hour" in capsys.readouterr().err
+    monkeypatch.delenv("ART_GPU_COST_PER_HOUR_USD")
     for bad in ("-1", "nan", "inf", "two dollars"):
         with pytest.raises(SystemExit) as exited:
             parse_args(["--gpu-cost-per-hour-usd", bad])

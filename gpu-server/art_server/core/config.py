@@ -118,7 +118,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         description="OpenAI-compatible serving of a base model and its per-step LoRA adapters, with GRPO/SFT training.",
     )
     p.add_argument("--host", default=_env("HOST", d.host), help="bind address (ART_HOST; default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=int(_env("PORT", str(d.port))), help="port, 0 picks a free one (ART_PORT)")
+    p.add_argument("--port", type=int, default=_env("PORT", str(d.port)), help="port, 0 picks a free one (ART_PORT)")
     p.add_argument(
         "--token",
         default=_env("SERVER_TOKEN", None),
@@ -154,44 +154,44 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     p.add_argument(
         "--max-body-bytes",
         type=int,
-        default=int(_env("MAX_BODY_BYTES", str(d.max_body_bytes))),
+        default=_env("MAX_BODY_BYTES", str(d.max_body_bytes)),
         help="requests with a larger body get 413 (ART_MAX_BODY_BYTES)",
     )
     p.add_argument(
         "--max-header-bytes",
         type=int,
-        default=int(_env("MAX_HEADER_BYTES", str(d.max_header_bytes))),
+        default=_env("MAX_HEADER_BYTES", str(d.max_header_bytes)),
         help="request line and headers over this many bytes get 431 (ART_MAX_HEADER_BYTES)",
     )
     p.add_argument(
         "--max-headers",
         type=int,
-        default=int(_env("MAX_HEADERS", str(d.max_headers))),
+        default=_env("MAX_HEADERS", str(d.max_headers)),
         help="requests with more headers get 431 (ART_MAX_HEADERS)",
     )
     p.add_argument(
         "--header-timeout",
         type=float,
-        default=float(_env("HEADER_TIMEOUT", str(d.header_timeout_s))),
+        default=_env("HEADER_TIMEOUT", str(d.header_timeout_s)),
         help="seconds a client has to send a request's headers; then 408 and the connection closes (ART_HEADER_TIMEOUT)",
     )
     p.add_argument(
         "--body-timeout",
         type=float,
-        default=float(_env("BODY_TIMEOUT", str(d.body_timeout_s))),
+        default=_env("BODY_TIMEOUT", str(d.body_timeout_s)),
         help="longest pause while a request body arrives; then 408 and the connection closes (ART_BODY_TIMEOUT)",
     )
     p.add_argument(
         "--max-batch-size",
         type=int,
-        default=int(_env("MAX_BATCH_SIZE", str(d.max_batch_size))),
+        default=_env("MAX_BATCH_SIZE", str(d.max_batch_size)),
         help="hf engine: most sequences decoded together",
     )
-    p.add_argument("--max-n", type=int, default=int(_env("MAX_N", str(d.max_n))), help="largest n per request")
+    p.add_argument("--max-n", type=int, default=_env("MAX_N", str(d.max_n)), help="largest n per request")
     p.add_argument(
         "--gpu-cost-per-hour-usd",
         type=_price,
-        default=_price(_env("GPU_COST_PER_HOUR_USD", str(d.gpu_cost_per_hour_usd))),
+        default=_env("GPU_COST_PER_HOUR_USD", str(d.gpu_cost_per_hour_usd)),
         help="what an hour of this machine costs, in US dollars: each training step records cost_usd for its "
         "sampling and training time (a model's gpuCostPerHourUsd overrides it; ART_GPU_COST_PER_HOUR_USD)",
     )
@@ -213,18 +213,16 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     p.add_argument(
         "--vllm-gpu-memory-utilization",
         type=float,
-        default=float(_env("VLLM_GPU_MEMORY_UTILIZATION", str(d.vllm_gpu_memory_utilization))),
+        default=_env("VLLM_GPU_MEMORY_UTILIZATION", str(d.vllm_gpu_memory_utilization)),
     )
     p.add_argument(
         "--vllm-max-lora-rank",
         type=int,
-        default=int(_env("VLLM_MAX_LORA_RANK", str(d.vllm_max_lora_rank))),
+        default=_env("VLLM_MAX_LORA_RANK", str(d.vllm_max_lora_rank)),
         help="largest LoRA rank vLLM serves (default 0: 64 on CUDA; 8, the default rank, on a CPU, where vLLM "
         "pads every adapter to it: 8 samples of SmolLM2-135M took 1.6 s at 8, 2.5 s at 16, 16.8 s at 64)",
     )
-    p.add_argument(
-        "--vllm-startup-timeout", type=float, default=float(_env("VLLM_STARTUP_TIMEOUT", str(d.vllm_startup_timeout_s)))
-    )
+    p.add_argument("--vllm-startup-timeout", type=float, default=_env("VLLM_STARTUP_TIMEOUT", str(d.vllm_startup_timeout_s)))
     p.add_argument(
         "--vllm-sleep-mode",
         choices=["auto", "on", "off"],
@@ -235,7 +233,7 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     p.add_argument(
         "--vllm-cpu-kv-cache-gib",
         type=int,
-        default=int(_env("VLLM_CPU_KV_CACHE_GIB", str(d.vllm_cpu_kv_cache_gib))),
+        default=_env("VLLM_CPU_KV_CACHE_GIB", str(d.vllm_cpu_kv_cache_gib)),
         help="vLLM's CPU build: GiB of KV cache (VLLM_CPU_KVCACHE_SPACE)",
     )
     p.add_argument(
@@ -248,14 +246,14 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     p.add_argument(
         "--train-ranks",
         type=int,
-        default=int(_env("TRAIN_RANKS", str(d.train_ranks))),
+        default=_env("TRAIN_RANKS", str(d.train_ranks)),
         help="trainer processes in one torch.distributed group (ART_TRAIN_RANKS; default 1): each step's sequences "
         "are split across them by token count and their LoRA gradients summed",
     )
     p.add_argument(
         "--train-local-ranks",
         type=int,
-        default=int(_env("TRAIN_LOCAL_RANKS", str(d.train_local_ranks))),
+        default=_env("TRAIN_LOCAL_RANKS", str(d.train_local_ranks)),
         help="how many of the ranks this server starts (0, the default: all); ranks from this number up join from "
         "other machines (python -m art_server.trainer.rank_worker, see the README's multi-node section)",
     )
@@ -272,25 +270,25 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
     p.add_argument(
         "--train-master-port",
         type=int,
-        default=int(_env("TRAIN_MASTER_PORT", str(d.train_master_port))),
+        default=_env("TRAIN_MASTER_PORT", str(d.train_master_port)),
         help="its port (0: a free one; set it when ranks join from other machines)",
     )
     p.add_argument(
         "--train-rendezvous-timeout",
         type=float,
-        default=float(_env("TRAIN_RENDEZVOUS_TIMEOUT", str(d.train_rendezvous_timeout_s))),
+        default=_env("TRAIN_RENDEZVOUS_TIMEOUT", str(d.train_rendezvous_timeout_s)),
         help="seconds every rank has to join at start-up (and after a restart)",
     )
     p.add_argument(
         "--train-rank-timeout",
         type=float,
-        default=float(_env("TRAIN_RANK_TIMEOUT", str(d.train_rank_timeout_s))),
+        default=_env("TRAIN_RANK_TIMEOUT", str(d.train_rank_timeout_s)),
         help="seconds a rank may keep the others waiting within a step before the step fails",
     )
     p.add_argument(
         "--train-threads-per-rank",
         type=int,
-        default=int(_env("TRAIN_THREADS_PER_RANK", str(d.train_threads_per_rank))),
+        default=_env("TRAIN_THREADS_PER_RANK", str(d.train_threads_per_rank)),
         help="CPU threads of each rank (0: this machine's cores shared evenly between its ranks)",
     )
     p.add_argument(
