@@ -2,17 +2,19 @@
 
 A few values of a valid request must name what exists on the server under test, which no JSON
 Schema can say: the model a training route trains, a folder to load an adapter from, modules and
-token ids the base model has, a provenance tag this server signed; some bounds are the server's configuration (--max-n) or the model's context; and
-an SFT conversation needs an assistant turn after what it answers, which the schema states in words
-(as `contains`, schemathesis's generator does not finish). The hook puts such values in place
-before each call; schemathesis then checks the request again against
-the schema, so a request the hook makes valid counts as valid, and one still invalid as invalid.
+token ids the base model has, a provenance tag this server signed; some bounds are the server's
+configuration (--max-n) or the model's context; and an SFT conversation needs an assistant turn
+after what it answers, which the schema states in words (as `contains`, schemathesis's generator
+does not finish). The hook puts such values in place before each call; schemathesis then checks the
+request again against the schema, so a request the hook makes valid counts as valid, and one still
+invalid as invalid.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import schemathesis
@@ -84,15 +86,21 @@ def _cap(fields: dict[str, Any], caps: dict[str, int]) -> None:
             fields[key] = cap
 
 
-def _drop_provenance(node: Any) -> None:
-    """Hand-built choices carry no provenance; a made-up tag is refused as not this server's."""
+def _objects(node: Any) -> Iterator[dict[str, Any]]:
+    """Every JSON object in `node`, each before what it holds (which the caller may change first)."""
     if isinstance(node, dict):
-        node.pop("art_provenance", None)
+        yield node
         for value in node.values():
-            _drop_provenance(value)
+            yield from _objects(value)
     elif isinstance(node, list):
         for value in node:
-            _drop_provenance(value)
+            yield from _objects(value)
+
+
+def _drop_provenance(node: Any) -> None:
+    """Hand-built choices carry no provenance; a made-up tag is refused as not this server's."""
+    for item in _objects(node):
+        item.pop("art_provenance", None)
 
 
 def _within_vocabulary(node: Any) -> None:
@@ -136,11 +144,7 @@ def _token(value: Any) -> Any:
 
 
 def _shorten(node: Any) -> None:
-    if isinstance(node, dict):
-        for key, value in node.items():
+    for item in _objects(node):
+        for key, value in item.items():
             if isinstance(value, list) and len(value) > MAX_ITEMS:
-                node[key] = value = value[:MAX_ITEMS]
-            _shorten(value)
-    elif isinstance(node, list):
-        for value in node:
-            _shorten(value)
+                item[key] = value[:MAX_ITEMS]

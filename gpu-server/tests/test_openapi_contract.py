@@ -6,9 +6,9 @@ route, with every check on (settings and their reasons: tests/schemathesis.toml)
   headers and body schema (errors included: the OpenAI-style error body);
 - a request the schema allows is accepted, and one it forbids is refused: the schema says what the
   validation does (names and their patterns, a tool message's tool_call_id, non-empty groups, ...).
-  Values that must name what exists on this server (an adapter folder, the base model's modules) are
-  put in place by tests/contract_hooks.py; the Responses and Messages routes skip the acceptance
-  half (rules between items; see the toml);
+  Values that must name what exists on this server (the model a training route trains, an adapter
+  folder, the base model's modules and token ids) are put in place by tests/contract_hooks.py; the
+  Responses and Messages routes skip the acceptance half (rules between items; see the toml);
 - a missing token is a 401 and a wrong method a 405 with the `Allow` header RFC 9110 requires.
 
 Left out: the stateful phase (resources linked between routes).

@@ -82,9 +82,8 @@ class TextPart(_Open):
 
 
 class ChatMessage(_Open):
-    # The rules of the validator below, in the published schema too.
+    # The rules of the validator below, in the published schema too (extra and strict: from _Open).
     model_config = ConfigDict(
-        extra="allow",
         json_schema_extra={
             "allOf": [
                 {
@@ -166,9 +165,7 @@ class ChatCompletionRequest(_Open):
     logit_bias: dict[str, float] | None = Field(None, json_schema_extra={"maxProperties": 0})
 
     model_config = ConfigDict(
-        extra="allow",
-        strict=True,
-        json_schema_extra={  # top_logprobs needs logprobs: true
+        json_schema_extra={  # top_logprobs needs logprobs: true (extra and strict: from _Open)
             "if": {"required": ["top_logprobs"], "properties": {"top_logprobs": {"type": "integer", "minimum": 1}}},
             "then": {"required": ["logprobs"], "properties": {"logprobs": {"const": True}}},
         },
