@@ -67,6 +67,8 @@ export { notebookParams, ParameterError, type ParamValue, smokeRun } from "./not
 export { type ConnectedBackend, connectBackend, type ConnectOptions } from "./notebook/connect";
 export { type ScriptedReply, takeTurn } from "./notebook/turn";
 export { type EvalResult, type EvalSummary, evaluate, showComparison, summarize } from "./notebook/evaluate";
+export { type Interval95, interval95, studentT95, wilson95 } from "./notebook/interval";
+export { evalInterval, reportResults, type ReportOptions, type RunResults } from "./notebook/run-results";
 export { type ChartMark, historyFigure, type HistoryInput, plotHistory, type PlotHistoryOptions } from "./notebook/history-plot";
 export {
   showTrajectory, showTrajectoryGroup, trajectoryHtml, trajectoryText, type TrajectoryViewOptions,

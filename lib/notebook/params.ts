@@ -77,6 +77,8 @@ export function notebookParams<T extends Record<string, ParamValue>>(defaults: T
   options: { smoke?: Partial<T>; env?: NodeJS.ProcessEnv; show?: boolean } = {}): T & {
   /** True when `ART_SMOKE=1` chose the short run's values. */
   smoke: boolean;
+  /** When the parameters were resolved (ms since the epoch): the start of the run, for its wall time. */
+  startedAt: number;
 } {
   const env = options.env ?? process.env;
   const smoke = smokeRun(env);
@@ -104,5 +106,5 @@ export function notebookParams<T extends Record<string, ParamValue>>(defaults: T
       (close ? `: did you mean ${close} (${variables.get(close)})?` : ` (its parameters are in the table below)`), { seen: new Set() });
   }
   if (options.show ?? true) showTable(rows, { digits: "exact" });
-  return { ...(values as T), smoke };
+  return { ...(values as T), smoke, startedAt: Date.now() };
 }

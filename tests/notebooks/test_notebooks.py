@@ -240,6 +240,31 @@ def test_cookbook_run_plots_the_reward_and_writes_no_error(name: str) -> None:
     assert "[art]" not in streams, f"{name}: a notice went to stderr:\n{streams[-2000:]}"
 
 
+@pytest.mark.parametrize("name", [n for n in COOKBOOK if n not in RUN_IN_LAB])
+def test_cookbook_run_shows_its_verdict_with_an_interval_and_writes_it(name: str) -> None:
+    """The evaluation cell prints the trained score's 95% interval against the baselines and writes
+    the run's results; a smoke run writes them under .art/results, never over notebooks/results."""
+    nb = execute(ROOT / "notebooks" / name)
+    stem = Path(name).stem
+    written = json.loads((ROOT / ".art" / "results" / f"{stem}.json").read_text())
+    streams = "".join(o.get("text", "") for o in outputs_of(nb) if o.get("output_type") == "stream")
+    verdict = f"trained {written['metric']} {written['trained']:.3f}, 95% interval {written['trainedInterval95'][0]:.3f} to"
+    assert verdict in streams, f"{name}: no verdict line {verdict!r} in:\n{streams[-2000:]}"
+    assert written["notebook"] == stem and written["smoke"] is True
+    assert set(written) >= {
+        "metric",
+        "evalGames",
+        "untrained",
+        "trained",
+        "trainedInterval95",
+        "baselines",
+        "wallSeconds",
+        "machine",
+        "seed",
+    }
+    assert written["baselines"] and written["evalGames"] >= 2
+
+
 def test_committed_cookbook_notebooks_have_no_outputs() -> None:
     for name in COOKBOOK:
         nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)

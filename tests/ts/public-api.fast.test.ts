@@ -21,7 +21,7 @@ const VALUES = [
   // notebook helpers and display
   "ParameterError", "connectBackend", "evaluate", "extractTag", "historyFigure", "notebookParams", "parseTagged", "plotHistory",
   "randomChoice", "randomInt", "rng", "showComparison", "showTrajectory", "showTrajectoryGroup", "shuffled", "smokeRun", "summarize",
-  "takeTurn", "trajectoryHtml", "trajectoryText",
+  "takeTurn", "evalInterval", "interval95", "reportResults", "studentT95", "wilson95", "trajectoryHtml", "trajectoryText",
   "DisplayHandle", "JUPYTER_DISPLAY", "ProgressLine", "clearOutput", "displayBundle", "inNotebook", "notice", "showPlotly",
   "showTable", "showsAs", "withRichView",
   // errors
@@ -40,6 +40,7 @@ const TYPES = [
   "HistoryColumns", "HistoryFrame", "RecordingFetchOptions", "RecordedRequest", "JudgeScores", "RulerOptions",
   "McpClientLike", "McpStdioOptions", "McpToolInfo", "McpToolResult", "DownloadFromHubOptions", "PushToHubOptions",
   "PushToHubResult", "ParamValue", "ConnectOptions", "ConnectedBackend", "ScriptedReply", "EvalResult", "EvalSummary",
+  "Interval95", "ReportOptions", "RunResults",
   "ChartMark", "HistoryInput", "PlotHistoryOptions", "TrajectoryViewOptions", "Random", "TagParse", "MimeBundle",
   "PlotlyFigure", "TableDigits", "TableInput", "ProgressMode", "ProgressState", "NoticeLevel",
 ];

@@ -12,6 +12,7 @@ import { codeCell, editCell, errorOutputs, menu, promptOf, prompts, runAll, runC
 
 const COOKBOOK = ["tictactoe.ipynb", "2048.ipynb", "codenames.ipynb", "sft-then-rl.ipynb", "bring-your-own-agent.ipynb"];
 const STEPS = 4; // tictactoe's training steps in this test (ART_STEPS), beside ART_SMOKE's small groups
+const EVAL_GAMES = 8; // tictactoe's evaluation games under ART_SMOKE
 const SHOTS = path.join(ARTIFACTS, "screenshots");
 
 /** What the page drew for one chart: each trace's split, metric, kind and point count, and each y-axis's pixel span. */
@@ -174,6 +175,13 @@ describe("the cookbook in JupyterLab", () => {
       assert.equal(stderrArt, 0, "a notice was written to stderr");
       assert.equal(await page.getByText(/notified about .*news/i).count(), 0, "the Jupyter news pop-up is showing");
 
+      // The verdict: the trained win rate with its 95% interval against the random player, on the page and in the results file.
+      const verdict = await codeCell(page, "reportResults(").locator(".jp-OutputArea").first().textContent() ?? "";
+      assert.match(verdict, new RegExp(`trained win \\d\\.\\d{3}, 95% interval \\d\\.\\d{3} to \\d\\.\\d{3} over ${EVAL_GAMES} games: (above every baseline|not above random legal player)`), verdict);
+      assert.ok(verdict.includes("95% low") && verdict.includes("random legal player"), `the interval table: ${verdict}`);
+      const written = JSON.parse(fs.readFileSync(path.join(ROOT, ".art", "results", "tictactoe.json"), "utf8"));
+      assert.deepEqual([written.notebook, written.metric, written.evalGames, written.smoke], ["tictactoe", "win", EVAL_GAMES, true]);
+
       // Tweak the reward, re-run it and the training cell: training continues, the chart gains points.
       const rewardCell = "const REWARD = {";
       const source = fs.readFileSync(path.join(ROOT, "notebooks", "tictactoe.ipynb"), "utf8");
@@ -285,7 +293,9 @@ console.log(\`\${"interrupt"}-state \${JSON.stringify({ idle, later, waitedMs, t
     assert.equal(points(chart, "train", "reward"), 1, "one train point for the smoke run's one RL step (Run All starts a fresh run)");
     assert.ok(points(chart, "val", "reward") >= 1, "the evaluation questions as val");
     const table = await codeCell(page, "const final = await evaluate").locator(".art-table").first().textContent() ?? "";
-    for (const row of ["base model", "after SFT", "after RL"]) assert.ok(table.includes(row), `the comparison lacks "${row}": ${table}`);
+    for (const row of ["base model", "fixed guess (median answer)", "after SFT", "after RL"]) assert.ok(table.includes(row), `the comparison lacks "${row}": ${table}`);
+    const verdict = await codeCell(page, "reportResults(").locator(".jp-OutputArea").first().textContent() ?? "";
+    assert.match(verdict, /trained correct \d\.\d{3}, 95% interval \d\.\d{3} to \d\.\d{3} over \d+ questions/, verdict);
     await captured.first().scrollIntoViewIfNeeded();
     await captured.first().screenshot({ path: path.join(SHOTS, "lab-bring-your-own-agent-captured.png") });
     const chartElement = codeCell(page, "const run = await trainLoop").locator(".js-plotly-plot").first();

@@ -17,13 +17,16 @@ describe("notebookParams", () => {
     assert.equal(envName("baseModel"), "ART_BASE_MODEL");
   });
   it("takes defaults, then the smoke values, then environment variables parsed as the default's type", () => {
-    assert.deepEqual(notebookParams(defaults, { env: {}, show: false }), { ...defaults, smoke: false });
+    const before = Date.now();
+    const { startedAt, ...plain } = notebookParams(defaults, { env: {}, show: false });
+    assert.deepEqual(plain, { ...defaults, smoke: false });
+    assert.ok(startedAt >= before && startedAt <= Date.now(), "startedAt is when the cell ran");
     const smoke = notebookParams(defaults, { smoke: { steps: 3 }, env: { ART_SMOKE: "1" }, show: false });
     assert.equal(smoke.steps, 3);
     assert.equal(smoke.smoke, true);
     const env = notebookParams(defaults, { smoke: { steps: 3 }, show: false,
       env: { ART_SMOKE: "1", ART_STEPS: "7", ART_LEARNING_RATE: "3e-4", ART_FRESH: "false", ART_BASE_MODEL: "Qwen/Qwen2.5-1.5B-Instruct" } });
-    assert.deepEqual(env, { baseModel: "Qwen/Qwen2.5-1.5B-Instruct", steps: 7, learningRate: 3e-4, fresh: false, smoke: true });
+    assert.deepEqual({ ...env, startedAt: 0 }, { startedAt: 0, baseModel: "Qwen/Qwen2.5-1.5B-Instruct", steps: 7, learningRate: 3e-4, fresh: false, smoke: true });
   });
   it("rejects a value that does not parse, naming the variable", () => {
     assert.throws(() => notebookParams(defaults, { env: { ART_STEPS: "many" }, show: false }), (e: Error) =>
