@@ -92,7 +92,9 @@ export function evalInterval(result: EvalResult, metric: string, gameOf: (trajec
   const games = new Map<unknown, number[]>();
   for (const t of result.results) {
     const key = gameOf(t);
-    games.set(key, [...(games.get(key) ?? []), scoreOf(t, metric)]);
+    const scores = games.get(key) ?? [];
+    scores.push(scoreOf(t, metric));
+    games.set(key, scores);
   }
   return interval95([...games.values()].map((scores) => scores.reduce((a, b) => a + b, 0) / scores.length));
 }

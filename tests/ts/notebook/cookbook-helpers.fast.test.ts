@@ -67,8 +67,8 @@ describe("notebookParams", () => {
       for (const m of fs.readFileSync(file, "utf8").matchAll(/(?:env\.|env\[["']|environ(?:\.get)?\(["']|getenv\(["'])(ART_[A-Z0-9_]+)/g)) read.add(m[1]!);
     }
     // npm run cookbook -- --seed N sets a parameter every cookbook notebook has (seed -> ART_SEED): not a project variable.
-    const parameterCells = ["tictactoe", "2048", "codenames", "sft-then-rl", "bring-your-own-agent"].map((name) => {
-      const cells = JSON.parse(fs.readFileSync(path.join(root, "notebooks", `${name}.ipynb`), "utf8")).cells as Array<{ source: string[] }>;
+    const parameterCells = fs.readdirSync(path.join(root, "notebooks")).filter((f) => f.endsWith(".ipynb")).map((file) => {
+      const cells = JSON.parse(fs.readFileSync(path.join(root, "notebooks", file), "utf8")).cells as Array<{ source: string[] }>;
       const source = cells.map((c) => c.source.join("")).find((text) => text.includes("notebookParams({"))!;
       return source.slice(0, source.indexOf("}, {"));
     });
