@@ -22,7 +22,7 @@
  * @module
  */
 // Models and backends: where a model is served and trained, and the model you call and train.
-export { type Backend, RemoteBackend, type RemoteBackendOptions } from "./client/backend";
+export { type Backend, type ForkCheckpointOptions, RemoteBackend, type RemoteBackendOptions } from "./client/backend";
 export { LocalBackend, type LocalBackendOptions } from "./client/local-backend";
 export { DEFAULT_BASE_MODEL } from "./client/base-model";
 export {
@@ -30,7 +30,7 @@ export {
   type TrainableModelOptions, type TrainOptions, type TrainSftOptions,
 } from "./client/model";
 export type { GrpoConfig, LoraConfig, SftConfig, TrainConfig } from "./core/config";
-export type { DeleteCheckpointsResult, HistoryRow, RegisteredModel, StepMetrics, TrainEvent, TrainResult } from "./core/results";
+export type { DeleteCheckpointsResult, ForkOrigin, HistoryRow, RegisteredModel, StepMetrics, TrainEvent, TrainResult } from "./core/results";
 
 // Trajectories: what a rollout records, and the groups GRPO compares.
 export {
@@ -57,6 +57,8 @@ export { currentTrajectory, type RecordedRequest } from "./capture/rollout-conte
 
 // Integrations: RULER (a judge model scores a group), MCP tools, the Hugging Face Hub.
 export { DEFAULT_RUBRIC, JudgeOutputError, type JudgeScores, type RulerOptions, rulerScoreGroup } from "./integrations/ruler";
+export { recordJudgeUsage } from "./integrations/judge-cost";
+export type { JudgeUsage, TokenPricing } from "./core/judge-usage";
 export { type McpClientLike, type McpStdioOptions, type McpToolInfo, type McpToolResult, McpTools } from "./integrations/mcp-tools";
 export {
   downloadFromHub, type DownloadFromHubOptions, pushToHub, type PushToHubOptions, type PushToHubResult,

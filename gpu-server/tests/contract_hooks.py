@@ -27,7 +27,8 @@ ADAPTER_FOLDER = os.environ.get("ART_CONTRACT_ADAPTER", "")  # a real PEFT adapt
 MODEL = os.environ.get("ART_CONTRACT_MODEL", "")
 VOCABULARY = int(os.environ.get("ART_CONTRACT_VOCABULARY", "0"))  # token ids index the base model's
 NAME = re.compile(NAME_PATTERN)
-MODEL_ROUTES = ("/train", "/train_sft", "/log", "/delete_checkpoints")
+MODEL_ROUTES = ("/train", "/train_sft", "/log", "/delete_checkpoints", "/fork")
+PARENT = os.environ.get("ART_CONTRACT_PARENT", "")  # a model in MODEL's project a fork can start from
 MAX_N = 4  # under the server's --max-n
 # Not validity but work: without a budget a completion runs to the end of the model's context, and
 # thousands of them take the run's time; each sampling route gets a short one (its own field name).
@@ -57,6 +58,11 @@ def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
         body["lora_path"] = ADAPTER_FOLDER
     elif path == "/v1/art/models/register" and isinstance(body.get("lora"), dict) and "target_modules" in body["lora"]:
         body["lora"]["target_modules"] = ["q_proj", "v_proj"]
+    elif path.endswith("/fork") and PARENT:
+        if isinstance(body.get("from_model"), str) and NAME.fullmatch(body["from_model"]):
+            body["from_model"] = PARENT
+        if isinstance(body.get("from_project"), str) and NAME.fullmatch(body["from_project"]):
+            body.pop("from_project")  # the model's own project, where the parent is
     elif path.endswith(("/train", "/log")):
         _drop_provenance(body.get("groups"))
         _within_vocabulary(body.get("groups"))

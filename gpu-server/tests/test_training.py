@@ -216,6 +216,28 @@ def test_a_step_records_its_wall_time_and_its_cost_at_the_hours_price(trainer):
             assert r.status_code == 400 and "gpu_cost_per_hour_usd" in r.text, r.text
 
 
+def test_a_step_and_a_log_record_what_judging_their_groups_cost(trainer):
+    """judge_*: the judge calls the client made for the groups (rulerScoreGroup's), their tokens and
+    their cost at the judge's price, recorded in the row as sent; a judge without a price sends no cost."""
+    judged = {"judge_calls": 3, "judge_prompt_tokens": 1200, "judge_completion_tokens": 90, "judge_cost_usd": 0.00312}
+    with trainer.client() as c:
+        register(c, "judged")
+        group = [sampled_group(c, "judged", [1.0, 0.0, 0.5, 0.0])]
+        r = c.post("/v1/art/models/judged/train", json={"groups": group, **judged})
+        assert r.status_code == 200, r.text
+        row = json.loads(r.text.splitlines()[-1])["metrics"]
+        assert {k: row.get(k) for k in judged} == judged, row
+        unpriced = {k: v for k, v in judged.items() if k != "judge_cost_usd"}
+        logged = c.post("/v1/art/models/judged/log", json={"groups": group, "split": "val", **unpriced}).json()
+        assert {k: logged.get(k) for k in judged} == {**unpriced, "judge_cost_usd": None}, logged
+        plain = c.post("/v1/art/models/judged/log", json={"groups": group}).json()
+        assert not [k for k in plain if k.startswith("judge_")], plain
+        for field, bad in (("judge_calls", -1), ("judge_cost_usd", float("nan")), ("judge_prompt_tokens", "12")):
+            body = json.dumps({"groups": group, field: bad}).replace("NaN", "1e999")
+            r = c.post("/v1/art/models/judged/log", content=body, headers={"Content-Type": "application/json"})
+            assert r.status_code == 400 and field in r.text, r.text
+
+
 def test_equal_rewards_train_nothing_but_the_step_advances_and_says_why(trainer):
     with trainer.client() as c:
         register(c, "flat")

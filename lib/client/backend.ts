@@ -6,9 +6,14 @@
 import readline from "node:readline";
 import { Readable } from "node:stream";
 import { z } from "zod";
-import { ServerApiError, ServerProtocolError, ServerUnreachableError, StoppedError, TrainingStepError, UnauthorizedError } from "../core/errors";
+import { registeredModelFromWire } from "../core/convert";
+import {
+  ModelNotRegisteredError, ServerApiError, ServerProtocolError, ServerUnreachableError, StoppedError, TrainingStepError, UnauthorizedError,
+} from "../core/errors";
 import { httpUrlOption, parseOptions } from "../core/options";
-import { ErrorBody, type StreamLine, TrainLine } from "../core/wire";
+import type { RegisteredModel } from "../core/results";
+import { ErrorBody, type ForkBody, ModelInfo, type StreamLine, TrainLine } from "../core/wire";
+import type { TrainableModel } from "./model";
 
 /** What models need from a backend. */
 export interface Backend {
@@ -41,6 +46,26 @@ export interface RemoteBackendOptions {
 const RemoteBackendOptionsSchema = z.object({
   url: httpUrlOption,
   token: z.string().min(1),
+}).strict();
+
+/** Where {@link RemoteBackend.forkCheckpoint} forks from. */
+export interface ForkCheckpointOptions {
+  /** The parent model's name (a model this server, or one started with the same data dir, has trained). */
+  fromModel: string;
+  /** The parent's project (default: the model's own). */
+  fromProject?: string;
+  /** Fork the parent's latest checkpoint at or before this step (default: its latest). */
+  notAfterStep?: number;
+  /** Replace the checkpoints and history of a model that has trained already (default: refused with a 409). */
+  overwrite?: boolean;
+}
+
+const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
+const ForkCheckpointOptionsSchema = z.object({
+  fromModel: z.string().regex(NAME, "must be a model name: 1-64 letters, digits, '.', '_' or '-'"),
+  fromProject: z.string().regex(NAME, "must be a project name: 1-64 letters, digits, '.', '_' or '-'").optional(),
+  notAfterStep: z.number().int().min(0).optional(),
+  overwrite: z.boolean().optional(),
 }).strict();
 
 /**
@@ -132,6 +157,34 @@ export class RemoteBackend implements Backend {
       input.destroy();
     }
     return lines;
+  }
+
+  /**
+   * Starts `model` (registered here, on the same base model and LoRA config) from another model's
+   * checkpoint: the parent's latest at or before `notAfterStep`. The model then serves exactly that
+   * adapter at that step number, and training continues from there with the parent's optimizer
+   * state; the parent is only read. Its history up to that step comes along.
+   *
+   * ```ts
+   * const branch = new TrainableModel({ name: "agent-lr-low", project: "tictactoe" });
+   * await branch.register(backend);
+   * await backend.forkCheckpoint(branch, { fromModel: "agent", notAfterStep: 20 });
+   * ```
+   */
+  async forkCheckpoint(model: TrainableModel, options: ForkCheckpointOptions): Promise<RegisteredModel> {
+    const { fromModel, fromProject, notAfterStep, overwrite } = parseOptions("backend.forkCheckpoint", ForkCheckpointOptionsSchema, options);
+    if (model.backend !== this) {
+      throw new ModelNotRegisteredError(`backend.forkCheckpoint: model ${model.name} is registered on another backend; ` +
+        "fork on the backend it is registered on");
+    }
+    const info = await this.request("POST", `/v1/art/models/${encodeURIComponent(model.name)}/fork`, ModelInfo, {
+      from_model: fromModel,
+      ...(fromProject === undefined ? {} : { from_project: fromProject }),
+      ...(notAfterStep === undefined ? {} : { not_after_step: notAfterStep }),
+      ...(overwrite === undefined ? {} : { overwrite }),
+    } satisfies ForkBody);
+    await model.getStep();  // the model's own idea of its step follows the fork
+    return registeredModelFromWire(info);
   }
 
   /** The connection broke while an answer was read (the server died, or the network dropped). */

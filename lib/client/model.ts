@@ -14,6 +14,7 @@ import {
   trainConfigToWire, trainEventFromWire,
 } from "../core/convert";
 import { BadTrajectoryError, ModelNotRegisteredError, ServerProtocolError, ServerUnreachableError, StoppedError } from "../core/errors";
+import { judgeUsageToWire, type TokenPricing } from "../core/judge-usage";
 import { functionOption, httpUrlOption, parseOptions, safeNameOption } from "../core/options";
 import type { DeleteCheckpointsResult, HistoryRow, RegisteredModel, StepMetrics, TrainEvent, TrainResult } from "../core/results";
 import { Trajectory, type MessageParam, type ToolParam, type TrajectoryGroup, type TrajectoryInit } from "../core/trajectory";
@@ -70,6 +71,8 @@ export interface ChatModel {
    * into a new trajectory, which it resolves with. Set `t.reward` (and metrics) in `fn`.
    */
   rollout(fn: (trajectory: Trajectory) => unknown, init?: TrajectoryInit): Promise<Trajectory>;
+  /** Its price per million tokens, when it is a judge whose calls should be priced ({@link Model}'s option). */
+  readonly pricing?: TokenPricing;
 }
 
 /** Options of a plain {@link Model}. */
@@ -80,12 +83,19 @@ export interface ModelOptions {
   baseURL?: string;
   /** Its API key. */
   apiKey?: string;
+  /**
+   * Its price per million tokens (US dollars): as a judge ({@link rulerScoreGroup}), its calls are
+   * then priced from their token usage and each step records `judgeCostUsd`.
+   */
+  pricing?: TokenPricing;
 }
 
+const perMillion = z.number().finite().min(0).max(100_000);
 const ModelOptionsSchema = z.object({
   name: z.string().min(1),
   baseURL: httpUrlOption.optional(),
   apiKey: z.string().optional(),
+  pricing: z.object({ inputPerMillionUsd: perMillion, outputPerMillionUsd: perMillion }).strict().optional(),
 }).strict();
 
 /**
@@ -100,11 +110,14 @@ export class Model implements ChatModel {
   readonly apiKey: string;
   /** Records calls inside {@link Model.rollout} as plain assistant messages (another endpoint returns no token ids). */
   readonly fetch: typeof fetch;
+  /** Its price per million tokens, if given. */
+  readonly pricing: TokenPricing | undefined;
   private readonly client: OpenAI;
 
   constructor(options: ModelOptions) {
     parseOptions("new Model", ModelOptionsSchema, options);
     this.name = options.name;
+    this.pricing = options.pricing;
     this.baseURL = (options.baseURL ?? "https://api.openai.com/v1").replace(/\/+$/, "");
     this.apiKey = options.apiKey ?? process.env.OPENAI_API_KEY ?? "unset";
     this.fetch = recordingFetch({ owner: this, label: this.name, askForTokens: false });
@@ -386,7 +399,7 @@ export class TrainableModel implements ChatModel {
       serve_previous_during_training: servePreviousDuringTraining ?? false,
       ...(staleGroupCounts ? { stale_groups_dropped: staleGroupCounts.dropped, stale_groups_retried: staleGroupCounts.retried } : {}),
       ...(sampling ? { sampled_tokens: sampling.tokens, sampling_seconds: sampling.seconds } : {}),
-      ...this.price() } satisfies TrainBody,
+      ...judgeUsageToWire(groups), ...this.price() } satisfies TrainBody,
     progress ?? true, onEvent, signal);
   }
 
@@ -450,7 +463,7 @@ export class TrainableModel implements ChatModel {
   async log(groups: TrajectoryGroup[], options: { split?: string; step?: number } = {}): Promise<HistoryRow> {
     const { split = "val", step } = parseOptions("model.log", LogOptionsSchema, options);
     const row = await this.backend.request("POST", `/v1/art/models/${encodeURIComponent(this.name)}/log`, HistoryRowWire,
-      { split, groups: toWireGroups(groups, false), ...(step !== undefined ? { step } : {}) } satisfies LogBody);
+      { split, groups: toWireGroups(groups, false), ...(step !== undefined ? { step } : {}), ...judgeUsageToWire(groups) } satisfies LogBody);
     return historyRowFromWire(row);
   }
 

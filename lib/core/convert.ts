@@ -17,7 +17,7 @@ const SERVER_NAMES = [
   "clip_fraction", "approx_kl", "kl_ref", "entropy", "tokens_trained", "tokens", "conversations", "gradient_steps",
   "gradient_step", "epoch", "lr", "kind", "nothing_trained", "skip_details", "trained_into_step", "from_step",
   "tokenize_s", "forward_backward_s", "save_s", "reload_s", "sleep_s", "wake_s", "step_s", "sampling_s",
-  "gpu_cost_per_hour_usd", "cost_usd",
+  "gpu_cost_per_hour_usd", "cost_usd", "judge_calls", "judge_prompt_tokens", "judge_completion_tokens", "judge_cost_usd",
   "sampler_logprob_diff_mean", "sampler_logprob_diff_max", "importance_ratio_mean", "importance_ratio_max",
   "sampler_weight_mean", "trainer_tokens_per_second", "sampling_tokens_per_second", "policy_lag_min", "policy_lag_mean", "policy_lag_max", "groups_dropped_stale", "groups_retried_stale",
   // reasons in groups_skipped_by_reason
@@ -62,6 +62,7 @@ export function registeredModelFromWire(info: ModelInfo): RegisteredModel {
     name: info.name, project: info.project, baseModel: info.base_model, step: info.step, inferenceName: info.inference_name,
     lora: { r: info.lora.r, alpha: info.lora.alpha, dropout: info.lora.dropout, targetModules: info.lora.target_modules },
     path: info.path, training: info.training, ...(info.resumed === undefined ? {} : { resumed: info.resumed }),
+    ...(info.forked_from === undefined ? {} : { forkedFrom: info.forked_from }),
   };
 }
 

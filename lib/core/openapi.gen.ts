@@ -107,6 +107,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/art/models/{name}/fork": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Start this model from another model's checkpoint (its latest at or before a step) */
+        post: operations["fork_v1_art_models__name__fork_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/art/models/{name}/history": {
         parameters: {
             query?: never;
@@ -403,6 +420,24 @@ export interface components {
                 type?: string | null;
             };
         };
+        /**
+         * ForkRequest
+         * Fork another model's checkpoint into this (registered) model: the parent's latest checkpoint at
+         *     or before `not_after_step` (default: its latest), from `from_project` (default: this model's).
+         */
+        ForkRequest: {
+            /** From Model */
+            from_model: string;
+            /** From Project */
+            from_project?: string | null;
+            /** Not After Step */
+            not_after_step?: number | null;
+            /**
+             * Overwrite
+             * @default false
+             */
+            overwrite?: boolean;
+        };
         /** FunctionCall */
         FunctionCall: {
             /**
@@ -540,6 +575,23 @@ export interface components {
         LogRequest: {
             /** Groups */
             groups: components["schemas"]["TrajectoryIn"][][];
+            /**
+             * Judge Calls
+             * @default 0
+             */
+            judge_calls?: number;
+            /**
+             * Judge Completion Tokens
+             * @default 0
+             */
+            judge_completion_tokens?: number;
+            /** Judge Cost Usd */
+            judge_cost_usd?: number | null;
+            /**
+             * Judge Prompt Tokens
+             * @default 0
+             */
+            judge_prompt_tokens?: number;
             /**
              * Split
              * @default val
@@ -779,6 +831,23 @@ export interface components {
             gpu_cost_per_hour_usd?: number | null;
             /** Groups */
             groups: components["schemas"]["TrajectoryIn"][][];
+            /**
+             * Judge Calls
+             * @default 0
+             */
+            judge_calls?: number;
+            /**
+             * Judge Completion Tokens
+             * @default 0
+             */
+            judge_completion_tokens?: number;
+            /** Judge Cost Usd */
+            judge_cost_usd?: number | null;
+            /**
+             * Judge Prompt Tokens
+             * @default 0
+             */
+            judge_prompt_tokens?: number;
             /**
              * Sampled Tokens
              * @default 0
@@ -1364,6 +1433,124 @@ export interface operations {
             };
             /** @description The request's headers are too large or too many */
             431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    fork_v1_art_models__name__fork_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ForkRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+            /** @description The request is malformed or a value is out of range; the message names it */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No or a wrong bearer token */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description No such model, step or file */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The route does not take this method (the Allow header lists those it does) */
+            405: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers or body arrived too slowly */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request conflicts with the server's state (a model that exists differently, a step running) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is larger than the server accepts */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is not JSON */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The request's headers are too large or too many */
+            431: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The server's data dir is full or not writable; nothing was changed */
+            507: {
                 headers: {
                     [name: string]: unknown;
                 };

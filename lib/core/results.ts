@@ -109,6 +109,14 @@ export interface StepMetrics {
   gpuCostPerHourUsd?: number;
   /** What the step cost: its `samplingSeconds` and `stepSeconds` at `gpuCostPerHourUsd` (absent when no price is set). */
   costUsd?: number;
+  /** Judge calls made for the step's (or the logged) groups: {@link rulerScoreGroup}'s, or any recorded with `recordJudgeUsage`. */
+  judgeCalls?: number;
+  /** Their prompt tokens, as the judge reported them. */
+  judgePromptTokens?: number;
+  /** Their completion tokens. */
+  judgeCompletionTokens?: number;
+  /** What they cost at the judge's `pricing` (absent when a judge had none). */
+  judgeCostUsd?: number;
   /** Your trajectories' metrics (means; booleans as rates), under the names you gave them. */
   [metric: string]: unknown;
 }
@@ -211,6 +219,18 @@ export interface RegisteredModel {
   training: boolean;
   /** True when registration found the model on disk and resumed it. */
   resumed?: boolean;
+  /** The checkpoint it was forked from ({@link RemoteBackend.forkCheckpoint}), if it was. */
+  forkedFrom?: ForkOrigin;
+}
+
+/** The checkpoint a model was forked from. */
+export interface ForkOrigin {
+  /** The parent's project. */
+  project: string;
+  /** The parent's name. */
+  name: string;
+  /** The parent's step the fork started from (the fork's first step number too). */
+  step: number;
 }
 
 /** What `deleteCheckpoints` did. */

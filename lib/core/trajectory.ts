@@ -5,6 +5,7 @@
  */
 import type OpenAI from "openai";
 import { BadTrajectoryError } from "./errors";
+import type { JudgeUsage } from "./judge-usage";
 import { samplingFromWire, samplingToWire } from "./convert";
 import { TokenFields, type TrajectoryWire } from "./wire";
 
@@ -228,6 +229,8 @@ export class TrajectoryGroup {
   trajectories: Trajectory[];
   /** Rollouts that threw, kept for inspection. */
   exceptions: unknown[] = [];
+  /** What judging this group cost (set by {@link rulerScoreGroup} and `recordJudgeUsage`); sent with the step. */
+  judgeUsage: JudgeUsage | undefined = undefined;
 
   constructor(items: Iterable<TrajectorySource>) {
     this.sources = [...items];

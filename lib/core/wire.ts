@@ -20,6 +20,7 @@ export type TrainBody = RouteBody<"/v1/art/models/{name}/train">;
 export type SftBody = RouteBody<"/v1/art/models/{name}/train_sft">;
 export type LogBody = RouteBody<"/v1/art/models/{name}/log">;
 export type DeleteCheckpointsBody = RouteBody<"/v1/art/models/{name}/delete_checkpoints">;
+export type ForkBody = RouteBody<"/v1/art/models/{name}/fork">;
 
 /** The line the server prints on stdout once it serves. */
 export const ReadyLine = z.object({
@@ -54,6 +55,7 @@ export const ModelInfo = z.object({
   path: z.string(),
   training: z.boolean(),
   resumed: z.boolean().optional(),
+  forked_from: z.object({ project: z.string(), name: z.string(), step: z.number().int().min(0) }).optional(),
 });
 export type ModelInfo = z.infer<typeof ModelInfo>;
 

@@ -9,6 +9,7 @@ import type { ChatModel } from "../client/model";
 import { ArtError, ModelCallError } from "../core/errors";
 import { parseOptions } from "../core/options";
 import type { MessageParam, TrajectoryGroup } from "../core/trajectory";
+import { recordJudgeUsage } from "./judge-cost";
 
 /** The judge's answer, validated: one score per trajectory, in the JSON shape the judge is asked for. */
 export interface JudgeScores {
@@ -115,7 +116,8 @@ export function parseJudgeReply(text: string): JudgeScores {
  * Scores every trajectory of `group` with the judge: the score becomes the reward, the previous
  * reward is kept in `metrics.independentReward`, and the judge's explanation is added to `logs`.
  * When the reply is not valid or has the wrong number of scores, the judge is asked once more,
- * told what was wrong; a second failure throws {@link JudgeOutputError}.
+ * told what was wrong; a second failure throws {@link JudgeOutputError}. Every call's tokens (and
+ * cost, for a judge with `pricing`) are added to `group.judgeUsage`, which the step records.
  */
 export async function rulerScoreGroup(group: TrajectoryGroup, options: RulerOptions): Promise<TrajectoryGroup> {
   parseOptions("rulerScoreGroup", RulerOptionsSchema, options);
@@ -133,6 +135,7 @@ export async function rulerScoreGroup(group: TrajectoryGroup, options: RulerOpti
     } catch (error) {
       throw new ModelCallError(`rulerScoreGroup: the judge ${options.judge.inferenceName()} failed: ${(error as Error).message}`, { cause: error });
     }
+    recordJudgeUsage(group, options.judge, completion.usage);
     const text = completion.choices[0]?.message.content ?? "";
     outputs.push(text);
     try {

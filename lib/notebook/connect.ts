@@ -6,7 +6,7 @@
  */
 import path from "node:path";
 import { z } from "zod";
-import { type Backend, RemoteBackend } from "../client/backend";
+import { RemoteBackend } from "../client/backend";
 import { LocalBackend, type LocalBackendOptions } from "../client/local-backend";
 import { workspaceRoot } from "../client/server-command";
 import { ConfigurationError } from "../core/errors";
@@ -38,7 +38,7 @@ const ConnectOptionsSchema = z.object({
 const started = new Map<string, LocalBackend>();
 
 /** A backend as {@link connectBackend} returns it. */
-export type ConnectedBackend = Backend & {
+export type ConnectedBackend = RemoteBackend & {
   /** Where it runs, in words, for the notebook to print (`local gpu-server (pid 123) on .art/runs/...`). */
   describe: string;
 };

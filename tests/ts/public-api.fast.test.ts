@@ -17,7 +17,7 @@ const VALUES = [
   "trainLoop", "trainPipeline",
   // history, capture, integrations
   "historyColumns", "historyFrame", "currentTrajectory", "recordingFetch",
-  "DEFAULT_RUBRIC", "JudgeOutputError", "McpTools", "downloadFromHub", "pushToHub", "rulerScoreGroup",
+  "DEFAULT_RUBRIC", "JudgeOutputError", "McpTools", "downloadFromHub", "pushToHub", "recordJudgeUsage", "rulerScoreGroup",
   // notebook helpers and display
   "ParameterError", "connectBackend", "evaluate", "extractTag", "historyFigure", "notebookParams", "parseTagged", "plotHistory",
   "randomChoice", "randomInt", "rng", "showComparison", "showTrajectory", "showTrajectoryGroup", "shuffled", "smokeRun", "summarize",
@@ -33,11 +33,11 @@ const VALUES = [
 const TYPES = [
   "Backend", "ChatModel", "Conversation", "LocalBackendOptions", "ModelOptions", "RemoteBackendOptions", "SamplingThroughput",
   "StaleGroupCounts", "TrainOptions", "TrainSftOptions", "TrainableModelOptions", "GrpoConfig", "LoraConfig", "SftConfig", "TrainConfig",
-  "DeleteCheckpointsResult", "HistoryRow", "RegisteredModel", "StepMetrics", "TrainEvent", "TrainResult",
+  "DeleteCheckpointsResult", "ForkCheckpointOptions", "ForkOrigin", "HistoryRow", "RegisteredModel", "StepMetrics", "TrainEvent", "TrainResult",
   "MessageOrChoice", "MessageParam", "SampledChoice", "SamplingParams", "ToolParam", "TrajectoryInit", "TrajectorySource",
   "GatherOptions", "GatherProgress", "RetryOptions", "PipelineEvalEvent", "PipelineOptions", "PipelineResult", "PipelineState",
   "PipelineStepEvent", "PipelineTrainEvent", "StageProgress", "TrainingProgress", "TrainLoopOptions", "TrainLoopResult",
-  "HistoryColumns", "HistoryFrame", "RecordingFetchOptions", "RecordedRequest", "JudgeScores", "RulerOptions",
+  "HistoryColumns", "HistoryFrame", "RecordingFetchOptions", "RecordedRequest", "JudgeScores", "JudgeUsage", "RulerOptions", "TokenPricing",
   "McpClientLike", "McpStdioOptions", "McpToolInfo", "McpToolResult", "DownloadFromHubOptions", "PushToHubOptions",
   "PushToHubResult", "ParamValue", "ConnectOptions", "ConnectedBackend", "ScriptedReply", "EvalResult", "EvalSummary",
   "Interval95", "ReportOptions", "RunResults",

@@ -42,6 +42,7 @@ _WHY = {
     415: "The body is not JSON",
     431: "The request's headers are too large or too many",
     503: "The server is stopping, or the engine is not ready",
+    507: "The server's data dir is full or not writable; nothing was changed",
 }
 
 # Every authenticated route can answer these (the token gate, the HTTP connection's bounds, validation).
@@ -60,6 +61,7 @@ ROUTE_ERRORS: dict[tuple[str, str], tuple[int, ...]] = {
     ("/v1/art/models/{name}/checkpoints", "get"): (404,),
     ("/v1/art/models/{name}/checkpoints/{step}/files/{filename}", "get"): (404,),
     ("/v1/art/models/{name}/delete_checkpoints", "post"): (404, 409),
+    ("/v1/art/models/{name}/fork", "post"): (404, 409, 507),
     ("/v1/art/models/{name}/history", "get"): (404,),
     ("/v1/art/models/{name}/log", "post"): (404, 409),
     ("/v1/art/models/{name}/train", "post"): (404, 409, 503),

@@ -299,6 +299,24 @@ class GroupsBody(BaseModel):
     groups: list[Annotated[list[TrajectoryIn], Field(max_length=1024, json_schema_extra={"minItems": 1})]] = Field(
         min_length=1, max_length=10_000
     )
+    # What judging these groups took (the client's judge calls, their tokens and, at the judge's price,
+    # their cost): recorded in the step's or the log's history row.
+    judge_calls: WholeNumber = Field(0, ge=0, le=10**9)
+    judge_prompt_tokens: WholeNumber = Field(0, ge=0, le=10**12)
+    judge_completion_tokens: WholeNumber = Field(0, ge=0, le=10**12)
+    judge_cost_usd: float | None = Field(None, ge=0, le=10**9, allow_inf_nan=False)
+
+    def judge_usage(self) -> dict[str, float]:
+        """The judge's fields as history metrics (those not sent are left out)."""
+        usage = {
+            "judge_calls": self.judge_calls,
+            "judge_prompt_tokens": self.judge_prompt_tokens,
+            "judge_completion_tokens": self.judge_completion_tokens,
+        }
+        return {
+            **({k: v for k, v in usage.items() if v} if self.judge_calls else {}),
+            **({"judge_cost_usd": self.judge_cost_usd} if self.judge_cost_usd is not None else {}),
+        }
 
     @field_validator("groups")
     @classmethod
@@ -361,6 +379,18 @@ class LogRequest(GroupsBody):
     # The step the groups were sampled at (default: the current one), e.g. an evaluation of step s
     # logged while step s + 1 trains. At most the current step.
     step: Annotated[int, Field(ge=0, le=10**9), INTEGRAL] | None = None
+
+
+class ForkRequest(BaseModel):
+    """Fork another model's checkpoint into this (registered) model: the parent's latest checkpoint at
+    or before `not_after_step` (default: its latest), from `from_project` (default: this model's)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    from_model: str = Field(min_length=1, max_length=64, json_schema_extra={"pattern": NAME_PATTERN})
+    from_project: str | None = Field(None, min_length=1, max_length=64, json_schema_extra={"pattern": NAME_PATTERN})
+    not_after_step: Annotated[int, Field(ge=0, le=10**9), INTEGRAL] | None = None
+    # A model that has trained keeps its run unless asked: its checkpoints and history are replaced.
+    overwrite: bool = False
 
 
 class DeleteCheckpointsRequest(BaseModel):

@@ -1,5 +1,5 @@
 """Training routes under /v1/art/models: register, train (GRPO), train_sft, log, history,
-checkpoints, delete_checkpoints, and checkpoint files. Steps stream NDJSON: a `start` line, a
+checkpoints, delete_checkpoints, fork, and checkpoint files. Steps stream NDJSON: a `start` line, a
 `progress` line per gradient step, `warning` lines, then a `result` line (or an `error` line)."""
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, Response, StreamingResponse
 
 from ..core.names import NameError_, check_name
+from ..service.fork import ParentNotFound, fork_checkpoint
 from ..service.manager import BaseModelConflict, ModelNotFound
 from ..service.trainable import LoraConfigError, RegistrationError
 from ..store import checkpoints as ckpt
 from ..trainer.guard import StepAborted
 from .errors import ApiError, error_body
-from .schemas import DeleteCheckpointsRequest, LogRequest, RegisterRequest, SFTRequest, TrainRequest
+from .schemas import DeleteCheckpointsRequest, ForkRequest, LogRequest, RegisterRequest, SFTRequest, TrainRequest
 from .serving import manager_of
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,7 @@ async def train(name: str, body: TrainRequest, request: Request) -> Response:
                 "groups_retried_stale": body.stale_groups_retried,
                 "sampling_tokens_per_second": body.sampled_tokens / body.sampling_seconds if body.sampling_seconds else 0,
                 "sampling_s": body.sampling_seconds,
+                **body.judge_usage(),
             },
             _price(request, body.gpu_cost_per_hour_usd),
         ),
@@ -154,7 +156,7 @@ async def log_groups(name: str, body: LogRequest, request: Request) -> dict[str,
             "conflict",
             "step",
         )
-    return await manager_of(request).training.log(name, body.split, _dump_groups(body.groups), body.step)
+    return await manager_of(request).training.log(name, body.split, _dump_groups(body.groups), body.step, body.judge_usage())
 
 
 @router.get("/{name}/history", summary="Metrics rows: one per step and split")
@@ -173,6 +175,31 @@ async def checkpoints(name: str, request: Request) -> dict[str, Any]:
 async def delete_checkpoints(name: str, body: DeleteCheckpointsRequest, request: Request) -> dict[str, Any]:
     _model(request, name)
     return await manager_of(request).training.delete_checkpoints(name, body.keep_best_by)
+
+
+@router.post("/{name}/fork", summary="Start this model from another model's checkpoint (its latest at or before a step)")
+async def fork(name: str, body: ForkRequest, request: Request) -> dict[str, Any]:
+    _model(request, name)
+    try:
+        check_name("model", body.from_model)
+        if body.from_project is not None:
+            check_name("project", body.from_project)
+    except NameError_ as error:
+        raise ApiError(400, str(error), "invalid_value", "from_model") from None
+    training = manager_of(request).training
+    try:
+        return await fork_checkpoint(training, name, body.from_model, body.from_project, body.not_after_step, body.overwrite)
+    except ParentNotFound as error:
+        raise ApiError(404, str(error), "model_not_found", "from_model") from None
+    except ckpt.CheckpointNotFound as error:
+        raise ApiError(404, str(error), "checkpoint_not_found", "not_after_step") from None
+    except RegistrationError as error:  # ForkConflict
+        raise ApiError(409, str(error), "conflict") from None
+    except ValueError as error:
+        raise ApiError(400, str(error), "invalid_value", "from_model") from None
+    except OSError as error:
+        message = f"the fork could not be written ({error.strerror or error}) and was not made; free space in the data dir, then fork again"
+        raise ApiError(507, message, "storage_error") from None
 
 
 @router.get("/{name}/checkpoints/{step}/files/{filename}", summary="A file of a checkpoint's PEFT adapter folder")

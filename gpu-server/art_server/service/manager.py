@@ -152,6 +152,10 @@ class ModelManager:
         if key is not None:
             self._in_use[key] += 1
 
+    def requests_running(self, name: str) -> int:
+        """How many requests are being served by the adapters of model `name` now."""
+        return sum(self._in_use[adapter_key(name, step)] for step in self.adapters.get(name, {}))
+
     def release(self, key: str | None) -> None:
         """A request on `key` ended; a removed adapter whose last request this was is unloaded now."""
         if key is None:

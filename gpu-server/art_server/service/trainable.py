@@ -16,6 +16,7 @@ import torch
 from ..core.names import adapter_key
 from ..store import checkpoints as ckpt
 from ..store.atomic import write_json
+from ..store.fork import finish_fork
 from ..store.history import drop_history_after, restore_history_rows, restore_step_trajectories
 from ..store.layout import ModelPaths
 from ..trainer.lora import LoraHost, LoraSpec
@@ -48,6 +49,7 @@ class TrainableModel:
     # The task of the running (or last) step: one whose request ended early still rolls back or
     # completes there; the next step waits for it.
     worker: asyncio.Task | None = None
+    forked_from: dict[str, Any] | None = None  # project, name and step of the checkpoint it was forked from
 
     def info(self) -> dict[str, Any]:
         return {
@@ -59,6 +61,7 @@ class TrainableModel:
             "lora": self.lora.model_dump(),
             "path": str(self.paths.root),
             "training": not self.gate.is_set() or (self.worker is not None and not self.worker.done()),
+            **({"forked_from": self.forked_from} if self.forked_from else {}),
         }
 
 
@@ -71,6 +74,8 @@ def register(
 ) -> tuple[TrainableModel, bool]:
     """Creates or resumes a model (blocking: call from a worker thread). Returns it and whether it resumed."""
     paths = ModelPaths.of(data_dir, project, name)
+    if finish_fork(paths):  # a fork that committed before a crash (store/fork.py)
+        log.warning("%s/%s: completed a fork that was interrupted after its commit", project, name)
     meta = _read_meta(paths)
     if meta is not None:
         if meta["base_model"] != base_model:
@@ -98,6 +103,7 @@ def register(
         host.delete_slot(slot)  # a failed registration leaves no LoRA slot behind
         raise
     model = TrainableModel(name, project, base_model, lora, paths, slot, optimizer, step)
+    model.forked_from = (meta or {}).get("forked_from")
     model.gate.set()
     return model, resumed
 

@@ -207,6 +207,10 @@ class TrainingService:
             log.info("%s %s/%s at step %d", "resumed" if resumed else "registered", project, name, model.step)
             return {**model.info(), "resumed": resumed}
 
+    def drop_reference(self, model: TrainableModel) -> None:
+        """Forgets the cached KL reference of `model` (its checkpoints were replaced by a fork)."""
+        self._references.pop(f"ref-{model.slot}", None)
+
     def slots(self) -> list[str]:
         """The LoRA slots models train in (a failed registration must leave none behind)."""
         return [s for s in self._host.slots() if s.startswith(SLOT_PREFIX)] if self._host is not None else []
@@ -248,7 +252,7 @@ class TrainingService:
         return model.paths.checkpoint(step)
 
     # -- steps -------------------------------------------------------------------------------
-    async def _idle(self, model: TrainableModel) -> None:
+    async def idle(self, model: TrainableModel) -> None:
         """Waits for the step task of a step whose request ended early (it rolls back, or completes
         if it was past its commit), so two steps never touch one adapter at once."""
         if model.worker is not None and not model.worker.done():
@@ -281,10 +285,10 @@ class TrainingService:
         price: float | None = None,
     ) -> AsyncGenerator[dict[str, Any], None]:
         """One GRPO step; `pipeline` holds what a pipelined client measured (stale groups, sampling
-        throughput and time), recorded as metrics where not 0; `price` what the machine's hour costs."""
+        throughput and time, the judge calls of its groups), recorded as metrics where not 0; `price` what the machine's hour costs."""
         model = self.get(name)
         async with model.lock:
-            await self._idle(model)
+            await self.idle(model)
             timings: dict[str, float] = {}
             started = time.perf_counter()
             engine = self.manager.require_engine()
@@ -343,7 +347,7 @@ class TrainingService:
     ) -> AsyncGenerator[dict[str, Any], None]:
         model = self.get(name)
         async with model.lock:
-            await self._idle(model)
+            await self.idle(model)
             timings: dict[str, float] = {}
             started = time.perf_counter()
             tok = self.tokenizer
@@ -422,11 +426,19 @@ class TrainingService:
         if not task.cancelled():
             task.exception()  # read, so a step abandoned by its request logs no "exception never retrieved"
 
-    async def log(self, name: str, split: str, groups: list[list[dict[str, Any]]], step: int | None = None) -> dict[str, Any]:
+    async def log(
+        self,
+        name: str,
+        split: str,
+        groups: list[list[dict[str, Any]]],
+        step: int | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Stores `groups` and appends their metrics (and `extra`, e.g. what judging them cost) as a history row."""
         model = self.get(name)
         step = model.step if step is None else step
         await asyncio.to_thread(write_trajectories, model.paths, split, step, groups)
-        return append_history(model.paths, step, split, group_metrics(groups))
+        return append_history(model.paths, step, split, {**group_metrics(groups), **(extra or {})})
 
     def history(self, name: str) -> list[dict[str, Any]]:
         return read_history(self.get(name).paths)

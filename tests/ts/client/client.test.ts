@@ -9,6 +9,7 @@ import { after, before, describe, it } from "node:test";
 import { z } from "zod";
 import {
   BadTrajectoryError,
+  ConfigurationError,
   gatherTrajectoryGroups,
   LocalBackend,
   Model,
@@ -18,6 +19,7 @@ import {
   RemoteBackend,
   retry,
   rulerScoreGroup,
+  ServerApiError,
   ServerCrashedError,
   TrainableModel,
   Trajectory,
@@ -132,6 +134,35 @@ describe("TrainableModel on a LocalBackend", () => {
     assert.deepEqual({ deleted: result.deleted, kept: result.kept, best: result.bestStep }, { deleted: [0, 2], kept: [1, 3], best: 1 });
   });
 
+  it("forks a checkpoint: the fork answers as the parent's step did and trains on while the parent stays", async () => {
+    const parent = new TrainableModel({ name: "loop", project: "client-tests", baseModel: "builtin:tiny" });
+    await parent.register(backend);
+    const parentStep = await parent.getStep();
+    const greedy = async (model: string) => (await parent.openai().chat.completions.create({
+      model, messages: [{ role: "user", content: "Name an empty cell." }], max_tokens: 6, temperature: 0, seed: 1,
+    })).choices[0]?.message.content;
+    const branch = new TrainableModel({ name: "loop-branch", project: "client-tests", baseModel: "builtin:tiny" });
+    await branch.register(backend);
+    const info = await backend.forkCheckpoint(branch, { fromModel: "loop", notAfterStep: 3 });
+    assert.deepEqual({ step: info.step, forkedFrom: info.forkedFrom }, { step: 3, forkedFrom: { project: "client-tests", name: "loop", step: 3 } });
+    assert.equal(branch.inferenceName(), "loop-branch");
+    assert.equal(await greedy("loop-branch"), await greedy("loop@3"));
+    assert.deepEqual((await branch.historyRows()).filter((r) => r.split === "train").map((r) => r.step), [0, 1, 2]);
+    const board = randomBoard(rng(11));
+    const group = new TrajectoryGroup(await Promise.all([0, 1, 2, 3].map((i) => rollout(branch, board, i))));
+    group.trajectories.forEach((t, i) => { t.reward = i % 2; });
+    assert.equal((await branch.train([group], { learningRate: 1e-2, progress: false })).step, 4);
+    assert.equal(await parent.getStep(), parentStep);
+    // Bad input: a clear error before the request, or the server's 4xx with what to do.
+    await assert.rejects(backend.forkCheckpoint(branch, { fromModel: "loop", notAfterStep: -1 }),
+      (e) => e instanceof ConfigurationError && /notAfterStep/.test(e.message));
+    await assert.rejects(backend.forkCheckpoint(branch, { fromModel: "loop" }),
+      (e) => e instanceof ServerApiError && e.status === 409 && /overwrite: true/.test(e.message));
+    await assert.rejects(backend.forkCheckpoint(branch, { fromModel: "nobody", overwrite: true }),
+      (e) => e instanceof ServerApiError && e.status === 404 && /no model client-tests\/nobody/.test(e.message));
+    assert.equal(await branch.getStep(), 4);
+  });
+
   it("runs the same rollout code against a plain OpenAI-compatible Model (a baseline)", async () => {
     assert.equal(Model.fromEnv(), process.env.ART_BASELINE_MODEL ? Model.fromEnv() : null);
     const baseline = new Model({ name: "builtin:tiny", baseURL: `${backend.url}/v1`, apiKey: backend.token });
@@ -176,6 +207,24 @@ describe("TrainableModel on a LocalBackend", () => {
     assert.deepEqual(group.trajectories.map((t) => t.reward), [1, 0]);
     assert.deepEqual(group.trajectories.map((t) => t.metrics.independentReward), [0.2, 0.7]);
     assert.deepEqual(group.trajectories.map((t) => t.logs), [["judge: 1.000 won"], ["judge: 0.000 lost"]]);
+    // Its calls, priced: the same judge as a plain Model with a price per million tokens. Both calls
+    // (the miscount and the retry) count, and the logged evaluation's row records them.
+    const usage = group.judgeUsage!;
+    assert.equal(usage.calls, 2);
+    assert.equal(usage.costUsd, undefined, "a TrainableModel judge has no price");
+    const priced = new Model({ name: "judge", baseURL: `${backend.url}/v1`, apiKey: backend.token,
+      pricing: { inputPerMillionUsd: 2, outputPerMillionUsd: 8 } });
+    const again = new TrajectoryGroup(group.trajectories.map((t) => new Trajectory({ messagesAndChoices: t.messages(), reward: 0 })));
+    await rulerScoreGroup(again, { judge: priced, maxTokens: 80 });
+    const cost = again.judgeUsage!;
+    assert.deepEqual({ calls: cost.calls, prompt: cost.promptTokens, completion: cost.completionTokens }, { calls: 2, prompt: usage.promptTokens, completion: usage.completionTokens });
+    assert.ok(cost.promptTokens > 100 && cost.completionTokens > 10, JSON.stringify(cost));
+    assert.ok(Math.abs(cost.costUsd! - (cost.promptTokens * 2 + cost.completionTokens * 8) / 1e6) < 1e-12);
+    const row = await judge.log([again], { split: "judged" });
+    assert.deepEqual([row.judgeCalls, row.judgePromptTokens, row.judgeCompletionTokens], [2, cost.promptTokens, cost.completionTokens]);
+    assert.ok(Math.abs(row.judgeCostUsd! - cost.costUsd!) < 1e-12);
+    assert.throws(() => new Model({ name: "judge", pricing: { inputPerMillionUsd: -1, outputPerMillionUsd: 1 } }),
+      (e) => e instanceof ConfigurationError && /pricing\.inputPerMillionUsd/.test(e.message));
   });
 
   it("pushes a step to a Hub stand-in as a PEFT adapter repo and downloads a base model the server then loads", async () => {
