@@ -238,6 +238,44 @@ def test_a_step_and_a_log_record_what_judging_their_groups_cost(trainer):
             assert r.status_code == 400 and field in r.text, r.text
 
 
+def offline_group(answers: list[str]) -> list[dict]:
+    """Logged conversations (plain messages, no token ids or logprobs), rewarded for naming B2."""
+    return [{"messages_and_choices": [*PROMPT, {"role": "assistant", "content": a}], "reward": float(a == "B2")} for a in answers]
+
+
+def test_plain_messages_train_with_allow_training_without_logprobs_and_the_reward_rises(trainer):
+    """ART's allow_training_without_logprobs: trajectories of plain assistant messages (offline logs)
+    train GRPO, their tokens scored by the policy at the start of the step (ratio 1, no sampler
+    difference); without the option they are context only and a warning names it. On the toy task
+    the policy's own answers then name B2 more often (sampled before and after, same seeds)."""
+    answers = ["B2", "A1", "C3", "B2 is empty", "A3", "C1"]
+    with trainer.client() as c:
+        register(c, "offline")
+        off = step(c, "offline", [offline_group(answers[:4])], learning_rate=5e-2)
+        warning = next(line["message"] for line in off if line["type"] == "warning" and "no sampled choice" in line["message"])
+        assert "allow_training_without_logprobs" in warning and off[-1]["metrics"].get("tokens_trained", 0) == 0, off[-1]
+
+        def hits() -> float:
+            r = sample(c, "offline", PROMPT, 32, 4, seed=7)
+            return sum("B2" in ch["message"]["content"] for ch in r["choices"]) / 32
+
+        before = hits()
+        for k in range(8):
+            group = offline_group([answers[(k + i) % len(answers)] for i in range(4)] + ["B2"])
+            config = {
+                "allow_training_without_logprobs": True,
+                **({"gradient_steps": 2, "sampler_correction": "none"} if k == 0 else {}),
+            }
+            lines = step(c, "offline", [group], learning_rate=5e-2, **config)
+            metrics = lines[-1]["metrics"]
+            assert metrics["unsampled_trajectories_trained"] == 5 and metrics["tokens_trained"] > 0, metrics
+            if k == 1:  # one gradient step: the tokens' sampler is the policy itself, so the ratio is exactly 1
+                assert metrics["sampler_logprob_diff_mean"] == 0 and metrics["importance_ratio_mean"] == pytest.approx(1), metrics
+        after = hits()
+        print(f"offline plain messages: B2 in {before:.2f} -> {after:.2f} of 32 sampled answers")
+        assert after >= before + 0.25, (before, after)
+
+
 def test_equal_rewards_train_nothing_but_the_step_advances_and_says_why(trainer):
     with trainer.client() as c:
         register(c, "flat")

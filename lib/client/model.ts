@@ -386,7 +386,7 @@ export class TrainableModel implements ChatModel {
    */
   async train(groups: TrajectoryGroup[], options: TrainOptions = {}): Promise<TrainResult> {
     const { servePreviousDuringTraining, progress, onEvent, signal, staleGroupCounts, sampling, ...config } = checkTrainOptions("model.train", options);
-    const wire = toWireGroups(groups, true);
+    const wire = toWireGroups(groups, config.allowTrainingWithoutLogprobs ? "or plain assistant messages" : "sampled");
     const flat = groups.filter((g) => g.hasZeroVariance()).length;
     // Shown once per model: a converging (or stuck) run has flat groups step after step, and each
     // step's metrics.groupsSkippedByReason keeps counting them.
@@ -553,7 +553,8 @@ export class TrainableModel implements ChatModel {
 }
 
 /** The wire groups, validated: names the group and trajectory at fault. */
-function toWireGroups(groups: TrajectoryGroup[], needTokens: boolean) {
+/** `need`: what each trajectory must hold to train (a log needs nothing). */
+function toWireGroups(groups: TrajectoryGroup[], need: "sampled" | "or plain assistant messages" | false) {
   if (!Array.isArray(groups)) throw new BadTrajectoryError("expected an array of TrajectoryGroup (e.g. the result of gatherTrajectoryGroups)");
   if (!groups.length) throw new BadTrajectoryError("no groups to send: gather some rollouts first");
   return groups.map((group, g) => {
@@ -563,8 +564,12 @@ function toWireGroups(groups: TrajectoryGroup[], needTokens: boolean) {
     }
     return group.trajectories.map((t, i) => {
       const label = `group ${g}, trajectory ${i}`;
-      if (needTokens && !t.choices().length) {
-        throw new BadTrajectoryError(`${label} has no sampled choices: push the completions from model.openai() into it`);
+      const plain = need === "or plain assistant messages" && t.messages().some((m) => m.role === "assistant");
+      if (need && !t.choices().length && !plain) {
+        throw new BadTrajectoryError(`${label} has no sampled choices: push the completions from model.openai() into it` +
+          (need === "sampled" && t.messages().some((m) => m.role === "assistant")
+            ? ", or train its plain assistant messages with allowTrainingWithoutLogprobs: true (scored by the policy at the step's start)"
+            : ""));
       }
       return t.toWire(label);
     });

@@ -85,6 +85,15 @@ export interface GrpoConfig {
    * `maxStepsOffPolicy`; every step reports `policyLagMin/Mean/Max` of its trained tokens either way.
    */
   maxStepsOffPolicy?: number;
+  /**
+   * Train trajectories whose assistant turns are plain messages, with no token ids or logprobs
+   * (offline logs, another model's answers; ART's `allow_training_without_logprobs`): the server
+   * renders them with the chat template and scores their tokens with the policy at the start of the
+   * step, so each token's ratio starts at 1. Default false: such trajectories are context only (the
+   * client refuses a group of them, the server warns naming this option). Counted in
+   * `unsampledTrajectoriesTrained`.
+   */
+  allowTrainingWithoutLogprobs?: boolean;
 }
 
 /** @deprecated The former name of {@link GrpoConfig}; it will be removed in a later release. */
@@ -110,6 +119,7 @@ export const GrpoConfigSchema = z.object({
   normalizationTokens: z.number().int().min(1).max(1_048_576).optional(),
   klRefStep: z.number().int().min(0).max(1e9).optional(),
   maxStepsOffPolicy: z.number().int().min(0).max(1e6).optional(),
+  allowTrainingWithoutLogprobs: z.boolean().optional(),
 }).strict();
 
 /** SFT settings of one step (the server's defaults apply to what is left out). */

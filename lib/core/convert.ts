@@ -20,6 +20,7 @@ const SERVER_NAMES = [
   "gpu_cost_per_hour_usd", "cost_usd", "judge_calls", "judge_prompt_tokens", "judge_completion_tokens", "judge_cost_usd",
   "sampler_logprob_diff_mean", "sampler_logprob_diff_max", "importance_ratio_mean", "importance_ratio_max",
   "sampler_weight_mean", "trainer_tokens_per_second", "sampling_tokens_per_second", "policy_lag_min", "policy_lag_mean", "policy_lag_max", "groups_dropped_stale", "groups_retried_stale",
+  "unsampled_trajectories_trained",
   // reasons in groups_skipped_by_reason
   "equal_rewards", "missing_tokens", "too_long", "too_small", "stale",
 ] as const;

@@ -469,6 +469,11 @@ export interface components {
          *     the trainer both use it, and docs/openapi.json shows it.
          */
         GRPOConfig: {
+            /**
+             * Allow Training Without Logprobs
+             * @default false
+             */
+            allow_training_without_logprobs?: boolean;
             /** Eps High */
             eps_high?: number | null;
             /** Eps Low */

@@ -109,6 +109,8 @@ export interface StepMetrics {
   gpuCostPerHourUsd?: number;
   /** What the step cost: its `samplingSeconds` and `stepSeconds` at `gpuCostPerHourUsd` (absent when no price is set). */
   costUsd?: number;
+  /** Trajectories of plain assistant messages the step trained (`allowTrainingWithoutLogprobs`). */
+  unsampledTrajectoriesTrained?: number;
   /** Judge calls made for the step's (or the logged) groups: {@link rulerScoreGroup}'s, or any recorded with `recordJudgeUsage`. */
   judgeCalls?: number;
   /** Their prompt tokens, as the judge reported them. */

@@ -295,10 +295,16 @@ class TrainingService:
             # Everything is checked before the weights are touched: a refused step is a 400.
             provenance = self.manager.provenance
 
+            tokenizer = self.tokenizer
+
+            def render(trajectory: dict[str, Any]) -> Any:  # plain assistant messages, as SFT tokenises them
+                return sft_sequence(tokenizer, trajectory["messages_and_choices"], trajectory.get("tools"), "all_assistant")
+
             def check_and_prepare() -> tuple[list[str], Any, tuple[str, Any] | None]:  # CPU work: off the event loop
                 warnings = check_groups(provenance, groups)
                 self._check_tokens(groups)
-                return warnings, prepare(groups, config, engine.context_length, model.step), self._reference(model, config)
+                prepared = prepare(groups, config, engine.context_length, model.step, render)
+                return warnings, prepared, self._reference(model, config)
 
             warnings, prepared, ref = await asyncio.to_thread(check_and_prepare)
             ref_slot = ref[0] if ref else None
@@ -312,6 +318,7 @@ class TrainingService:
                 "trajectories_trained": prepared.trajectories_trained,
                 "sequences": len(prepared.items),
                 "sequences_split": prepared.sequences_split,
+                **({"unsampled_trajectories_trained": prepared.unsampled} if prepared.unsampled else {}),
                 **prepared.lag_metrics(),
                 **{k: v for k, v in (pipeline or {}).items() if v},
             }

@@ -24,7 +24,17 @@ from .logprobs import Batch, pad_batch, token_logprobs
 from .lora import LoraHost
 from .loss import group_advantages, grpo_token_loss, truncated_is_weights
 from .parallel import DistributedSync, LocalSync, accumulate, padded
-from .sequences import MissingTokens, ScoringNotes, Sequence, build_sequences, sampled_turns, scored_with, scoring_notices
+from .sequences import (
+    MissingTokens,
+    ScoringNotes,
+    Sequence,
+    build_sequences,
+    is_unsampled,
+    sampled_turns,
+    scored_with,
+    scoring_notices,
+    unsampled_sequences,
+)
 
 
 class GRPOConfig(BaseModel):
@@ -62,6 +72,9 @@ class GRPOConfig(BaseModel):
     kl_ref_step: Annotated[int, Field(ge=0, le=10**9), INTEGRAL] | None = None
     # Groups with a turn sampled further behind are skipped ("stale").
     max_steps_off_policy: Annotated[int, Field(ge=0, le=10**6), INTEGRAL] | None = None
+    # Trajectories whose assistant turns are plain messages (offline logs, another model's answers):
+    # trained, their tokens scored by the policy at the start of the step (ART's option of this name).
+    allow_training_without_logprobs: bool = False
 
     @field_validator("length_normalization", mode="before")
     @classmethod
@@ -113,6 +126,8 @@ class Prepared:
     # (policy lag, tokens) of each trained sampled turn that says its step (art_policy_step)
     lags: list[tuple[int, int]] = field(default_factory=list)
     scoring: ScoringNotes = field(default_factory=ScoringNotes)  # turns scored otherwise than recorded
+    unsampled: int = 0  # trajectories of plain assistant messages that were trained (scored at the step's start)
+    unsampled_skipped: int = 0  # ... that were not, the option being off
     notices: list[str] = field(default_factory=list)  # for the step's warning lines
     seed: int = 0  # the order of groups across gradient steps (the step trained from)
 
@@ -148,9 +163,16 @@ def _turn_lags(group: list[dict[str, Any]], step: int) -> list[tuple[int, int]]:
     ]
 
 
-def prepare(groups: list[list[dict[str, Any]]], config: GRPOConfig, context_length: int, step: int = 0) -> Prepared:
+def prepare(
+    groups: list[list[dict[str, Any]]],
+    config: GRPOConfig,
+    context_length: int,
+    step: int = 0,
+    render: Callable[[dict[str, Any]], Sequence] | None = None,
+) -> Prepared:
     """Sequences with advantages and weights; groups that cannot train are counted by reason. `step`
-    is the step being trained from (its policy lag is measured from it)."""
+    is the step being trained from (its policy lag is measured from it); `render` tokenises a
+    trajectory of plain assistant messages (with allow_training_without_logprobs)."""
     out = Prepared(groups=len(groups))
     limit = config.max_sequence_length or context_length
     kept: list[tuple[list[Sequence], float, int]] = []  # (sequences, advantage, group) per trajectory
@@ -169,8 +191,17 @@ def prepare(groups: list[list[dict[str, Any]]], config: GRPOConfig, context_leng
             out.skipped["stale"] += 1
             out.skip_details.append(f"group {g}: a turn is {max(lag for lag, _ in lags)} steps behind step {step}")
             continue
+        plain = [is_unsampled(t) for t in group]
+        train_plain = config.allow_training_without_logprobs and render is not None
+        if not train_plain:
+            out.unsampled_skipped += sum(plain)
         try:
-            built = [build_sequences(scored_with(sampled_turns(t), config.temperature, out.scoring)) for t in group]
+            built = [
+                unsampled_sequences(t, render, config.temperature)  # pyright: ignore[reportArgumentType]  (train_plain: render is set)
+                if p and train_plain
+                else build_sequences(scored_with(sampled_turns(t), config.temperature, out.scoring))
+                for t, p in zip(group, plain)
+            ]
         except MissingTokens as error:
             out.skipped["missing_tokens"] += 1
             out.skip_details.append(f"group {g}: {error}")
@@ -179,10 +210,11 @@ def prepare(groups: list[list[dict[str, Any]]], config: GRPOConfig, context_leng
             out.skipped["too_long"] += 1
             out.skip_details.append(f"group {g}: a sequence is over {limit} tokens")
             continue
-        for (seqs, splits), advantage in zip(built, group_advantages(rewards, config.scale_rewards)):
+        for (seqs, splits), advantage, p in zip(built, group_advantages(rewards, config.scale_rewards), plain):
             if abs(advantage) > 0 and sum(s.trained_tokens for s in seqs):
                 kept.append((seqs, advantage, g))
                 out.sequences_split += splits
+                out.unsampled += p
         out.lags.extend(lags)
     for t, (seqs, advantage, g) in enumerate(kept):
         tokens = sum(s.trained_tokens for s in seqs)
@@ -190,6 +222,13 @@ def prepare(groups: list[list[dict[str, Any]]], config: GRPOConfig, context_leng
     out.trajectories_trained = len(kept)
     out.seed = step
     out.notices = scoring_notices(out.scoring, config.temperature)
+    if out.unsampled_skipped:
+        out.notices.append(
+            f"{out.unsampled_skipped} trajectories have assistant messages but no sampled choice (no token ids or logprobs), "
+            "so they were context only and trained nothing. To train them (offline logs, another model's answers), set "
+            "allow_training_without_logprobs (allowTrainingWithoutLogprobs): their tokens are then scored by the "
+            "policy at the start of the step"
+        )
     return out
 
 
@@ -281,7 +320,7 @@ def train_step(
     check = guard.check if not sync.lockstep else (lambda: None)
     # The proximal policy's logprobs: the trainer's own before this step's first update (decoupled
     # PPO's pi_prox; the behaviour policy is the sampler, whose logprobs came with the tokens).
-    proximal = _proximal_logprobs(host, slot, plan, config, pad_id, check)
+    proximal = _proximal_logprobs(host, slot, plan, config, pad_id, check, prepared.unsampled > 0)
     start_stats = Counter()  # the first gradient step, before any update
     last_stats = Counter()  # the last gradient step: how far the policy moved within the step
     for k, micros in enumerate(plan):
@@ -355,13 +394,20 @@ def train_step(
 
 
 def _proximal_logprobs(
-    host: LoraHost, slot: str, plan: list[list[list[TrainItem]]], config: GRPOConfig, pad_id: int, check: Callable[[], None]
+    host: LoraHost,
+    slot: str,
+    plan: list[list[list[TrainItem]]],
+    config: GRPOConfig,
+    pad_id: int,
+    check: Callable[[], None],
+    unscored: bool = False,
 ) -> dict[tuple[int, int], torch.Tensor]:
-    """With the sampler correction on, the trainer's own logprobs of every micro-batch before the
-    step's first update, for the gradient steps after the first (the first computes them in its own
-    forward pass: nothing has changed yet). Keyed by (gradient step, micro-batch)."""
+    """With the sampler correction on (or `unscored` tokens, which take them as their sampler's), the
+    trainer's own logprobs of every micro-batch before the step's first update, for the gradient
+    steps after the first (the first computes them in its own forward pass: nothing has changed
+    yet). Keyed by (gradient step, micro-batch)."""
     out: dict[tuple[int, int], torch.Tensor] = {}
-    if config.sampler_correction != "tis":
+    if config.sampler_correction != "tis" and not unscored:
         return out
     for k, micros in enumerate(plan[1:], start=1):
         for i, micro in enumerate(micros):
@@ -395,6 +441,9 @@ def _micro_step(
     weights = torch.tensor([it.weight for it in micro], dtype=torch.float32, device=host.device)[seq_index]
     new, entropy = token_logprobs(model, batch, with_entropy=True)
     assert entropy is not None  # with_entropy=True
+    unscored = torch.isnan(sampler)  # tokens of plain messages (allow_training_without_logprobs)
+    if bool(unscored.any()):  # their sampler is the policy at the step's start: the ratio starts at 1
+        sampler = torch.where(unscored, new.detach() if proximal is None else proximal, sampler)
     old, sampler_weights = sampler, None
     if config.sampler_correction == "tis":
         old = new.detach() if proximal is None else proximal

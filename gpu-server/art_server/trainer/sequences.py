@@ -12,6 +12,8 @@ starts a new sequence with its own prompt as context; `sequences_split` counts t
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -133,3 +135,26 @@ def build_sequences(turns: list[SampledTurn]) -> tuple[list[Sequence], int]:
     if current is not None:
         sequences.append(current)
     return sequences, splits
+
+
+def is_unsampled(trajectory: dict[str, Any]) -> bool:
+    """True for a trajectory of plain messages with assistant turns and no sampled choice (offline
+    logs, another model's answers): no token ids, no logprobs."""
+    items = trajectory["messages_and_choices"]
+    return not any(i.get("kind") == "choice" for i in items) and any(i.get("role") == "assistant" for i in items)
+
+
+def unsampled_sequences(
+    trajectory: dict[str, Any], render: Callable[[dict[str, Any]], Sequence], temperature: float | None
+) -> tuple[list[Sequence], int]:
+    """The sequence of a trajectory of plain messages: its assistant turns rendered by the chat
+    template and trained, their sampler logprobs left NaN, which the trainer fills with the policy's
+    own at the start of the step (so each token's ratio starts at 1). Scored at `temperature` (or 1)."""
+    try:
+        seq = render(trajectory)
+    except ValueError as error:
+        raise MissingTokens(f"its plain messages cannot be tokenised for training: {error}") from None
+    sampling = SamplingParams(temperature if temperature is not None else 1.0)
+    seq.old_logprobs = [math.nan if t else 0.0 for t in seq.trained]
+    seq.sampling = [sampling if t else PLAIN for t in seq.trained]
+    return [seq], 0

@@ -277,7 +277,13 @@ describe("TrainableModel on a LocalBackend", () => {
     const nan = new Trajectory({ messagesAndChoices: good.messagesAndChoices, reward: Number.NaN });
     await assert.rejects(model.train([new TrajectoryGroup([good, nan])]), /group 0, trajectory 1: reward is NaN/);
     const plain = new Trajectory({ messagesAndChoices: [{ role: "user", content: "hi" }, { role: "assistant", content: "B2" }], reward: 1 });
-    await assert.rejects(model.train([new TrajectoryGroup([good, plain])]), /group 0, trajectory 1 has no sampled choices/);
+    await assert.rejects(model.train([new TrajectoryGroup([good, plain])]),
+      /group 0, trajectory 1 has no sampled choices: .*allowTrainingWithoutLogprobs: true/);
+    // With the option, a group of plain messages (offline logs) trains: scored by the policy at the step's start.
+    const wrong = new Trajectory({ messagesAndChoices: [{ role: "user", content: "hi" }, { role: "assistant", content: "A1" }], reward: 0 });
+    const offline = await model.train([new TrajectoryGroup([plain, wrong])], { learningRate: 1e-2, allowTrainingWithoutLogprobs: true, progress: false });
+    assert.equal(offline.metrics.unsampledTrajectoriesTrained, 2);
+    assert.ok(Number(offline.metrics.tokensTrained) > 0 && offline.metrics.samplerLogprobDiffMean === 0, JSON.stringify(offline.metrics));
     const foreign = { id: "x", object: "chat.completion", created: 0, model: "m", choices: [{ index: 0, finish_reason: "stop",
       logprobs: null, message: { role: "assistant", content: "B2", refusal: null } }] };
     assert.throws(() => new Trajectory().push(foreign as never), /no prompt_token_ids/);
