@@ -552,8 +552,7 @@ export class TrainableModel implements ChatModel {
   }
 }
 
-/** The wire groups, validated: names the group and trajectory at fault. */
-/** `need`: what each trajectory must hold to train (a log needs nothing). */
+/** The wire groups, validated: names the group and trajectory at fault. `need`: what each trajectory must hold to train (a log needs nothing). */
 function toWireGroups(groups: TrajectoryGroup[], need: "sampled" | "or plain assistant messages" | false) {
   if (!Array.isArray(groups)) throw new BadTrajectoryError("expected an array of TrajectoryGroup (e.g. the result of gatherTrajectoryGroups)");
   if (!groups.length) throw new BadTrajectoryError("no groups to send: gather some rollouts first");
@@ -564,12 +563,12 @@ function toWireGroups(groups: TrajectoryGroup[], need: "sampled" | "or plain ass
     }
     return group.trajectories.map((t, i) => {
       const label = `group ${g}, trajectory ${i}`;
-      const plain = need === "or plain assistant messages" && t.messages().some((m) => m.role === "assistant");
-      if (need && !t.choices().length && !plain) {
-        throw new BadTrajectoryError(`${label} has no sampled choices: push the completions from model.openai() into it` +
-          (need === "sampled" && t.messages().some((m) => m.role === "assistant")
-            ? ", or train its plain assistant messages with allowTrainingWithoutLogprobs: true (scored by the policy at the step's start)"
-            : ""));
+      if (need && !t.choices().length) {
+        const answered = t.messages().some((m) => m.role === "assistant");
+        if (need === "sampled" || !answered) {
+          throw new BadTrajectoryError(`${label} has no sampled choices: push the completions from model.openai() into it` +
+            (answered ? ", or train its plain assistant messages with allowTrainingWithoutLogprobs: true (scored by the policy at the step's start)" : ""));
+        }
       }
       return t.toWire(label);
     });

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from typing import Any
 
 from ..store import checkpoints as ckpt
 from ..store.fork import build_fork
 from ..store.layout import ModelPaths
-from .trainable import RegistrationError, TrainableModel, make_optimizer
+from .trainable import RegistrationError, TrainableModel, make_optimizer, read_meta
 from .training import TrainingService
 
 
@@ -62,19 +61,19 @@ async def fork_checkpoint(
             await _take_over(service, model, step, origin)
         finally:
             model.gate.set()
-        return {**model.info(), "forked_from": origin}
+        return model.info()  # forked_from included
 
 
 def _check(
     model: TrainableModel, parent: ModelPaths, project: str, from_model: str, not_after_step: int | None, overwrite: bool
 ) -> int:
     """The parent's step to fork (blocking: reads the disk), or the error that says why not."""
-    if not parent.model_json.exists():
+    meta = read_meta(parent)
+    if meta is None:
         raise ParentNotFound(
             f"there is no model {project}/{from_model} in this server's data dir; fork from a model this server "
             "(or one started with the same --data-dir) has trained"
         )
-    meta = json.loads(parent.model_json.read_text())
     if meta["base_model"] != model.base_model:
         raise ForkConflict(
             f"{project}/{from_model} was trained on base model {meta['base_model']!r} and {model.project}/{model.name} "

@@ -76,7 +76,7 @@ def register(
     paths = ModelPaths.of(data_dir, project, name)
     if finish_fork(paths):  # a fork that committed before a crash (store/fork.py)
         log.warning("%s/%s: completed a fork that was interrupted after its commit", project, name)
-    meta = _read_meta(paths)
+    meta = read_meta(paths)
     if meta is not None:
         if meta["base_model"] != base_model:
             raise RegistrationError(
@@ -170,7 +170,8 @@ def save_step(
     )
 
 
-def _read_meta(paths: ModelPaths) -> dict[str, Any] | None:
+def read_meta(paths: ModelPaths) -> dict[str, Any] | None:
+    """A model's model.json (name, project, base model, LoRA config, where it was forked from), or None."""
     import json
 
     if not paths.model_json.exists():

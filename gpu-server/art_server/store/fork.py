@@ -78,10 +78,3 @@ def finish_fork(target: ModelPaths) -> bool:
     shutil.rmtree(replaced, ignore_errors=True)
     shutil.rmtree(work, ignore_errors=True)
     return True
-
-
-def forked_from(paths: ModelPaths) -> dict[str, Any] | None:
-    """Where the model was forked from (project, name, step), or None."""
-    if not paths.model_json.exists():
-        return None
-    return json.loads(paths.model_json.read_text()).get("forked_from")

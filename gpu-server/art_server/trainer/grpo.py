@@ -192,13 +192,13 @@ def prepare(
             out.skip_details.append(f"group {g}: a turn is {max(lag for lag, _ in lags)} steps behind step {step}")
             continue
         plain = [is_unsampled(t) for t in group]
-        train_plain = config.allow_training_without_logprobs and render is not None
-        if not train_plain:
+        render_plain = render if config.allow_training_without_logprobs else None
+        if render_plain is None:
             out.unsampled_skipped += sum(plain)
         try:
             built = [
-                unsampled_sequences(t, render, config.temperature)  # pyright: ignore[reportArgumentType]  (train_plain: render is set)
-                if p and train_plain
+                unsampled_sequences(t, render_plain, config.temperature)
+                if p and render_plain is not None
                 else build_sequences(scored_with(sampled_turns(t), config.temperature, out.scoring))
                 for t, p in zip(group, plain)
             ]
