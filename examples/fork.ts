@@ -7,25 +7,8 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
-import { DEFAULT_BASE_MODEL, gatherTrajectoryGroups, LocalBackend, TrainableModel, TrajectoryGroup } from "../lib/index";
-import { randomBoard, rng, rollout } from "./toy-task";
-
-/** `steps` GRPO steps of 2 groups x 8 rollouts; returns the mean reward of each step's rollouts. */
-async function train(model: TrainableModel, steps: number, learningRate: number, seed: number): Promise<number[]> {
-  const random = rng(seed);
-  const rewards: number[] = [];
-  for (let step = 0; step < steps; step++) {
-    const groups = Array.from({ length: 2 }, (_, g) => {
-      const board = randomBoard(random);
-      return new TrajectoryGroup(Array.from({ length: 8 }, (_, i) => () => rollout(model, board, seed * 10_000 + step * 100 + g * 10 + i)));
-    });
-    const gathered = await gatherTrajectoryGroups(groups, { progress: false });
-    const all = gathered.flatMap((g) => g.trajectories.map((t) => t.reward));
-    rewards.push(all.reduce((a, b) => a + b, 0) / all.length);
-    await model.train(gathered, { learningRate, progress: false });
-  }
-  return rewards;
-}
+import { DEFAULT_BASE_MODEL, LocalBackend, TrainableModel } from "../lib/index";
+import { trainToyTask as train } from "./toy-task";
 
 async function main() {
   const { values } = parseArgs({ options: {

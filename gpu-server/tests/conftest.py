@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,6 +25,11 @@ from hardware_marks import pytest_collection_modifyitems, pytest_runtest_setup, 
 MODEL_CACHE = Path(os.environ.get("ART_MODEL_CACHE") or Path(__file__).resolve().parents[2] / ".art" / "models")
 
 FAST_TIER = os.environ.get("ART_TEST_TIER") == "fast"
+
+# A model the fuzzers register with `report` must not reach W&B's servers or write into the user's
+# Trackio store: every test server reports offline, into a store of this run's own.
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("TRACKIO_DIR", tempfile.mkdtemp(prefix="art-test-trackio-"))
 
 
 def no_server_in_the_fast_tier() -> None:

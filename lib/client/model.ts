@@ -16,7 +16,7 @@ import {
 import { BadTrajectoryError, ModelNotRegisteredError, ServerProtocolError, ServerUnreachableError, StoppedError } from "../core/errors";
 import { judgeUsageToWire, type TokenPricing } from "../core/judge-usage";
 import { functionOption, httpUrlOption, parseOptions, safeNameOption } from "../core/options";
-import type { DeleteCheckpointsResult, HistoryRow, RegisteredModel, StepMetrics, TrainEvent, TrainResult } from "../core/results";
+import type { DeleteCheckpointsResult, HistoryRow, RegisteredModel, StepMetrics, Tracker, TrainEvent, TrainResult } from "../core/results";
 import { Trajectory, type MessageParam, type ToolParam, type TrajectoryGroup, type TrajectoryInit } from "../core/trajectory";
 import { ConversationWire, DeleteCheckpointsWire, HistoryRowWire, ModelInfo, type DeleteCheckpointsBody, type LogBody, type RegisterBody, type SftBody, type TrainBody } from "../core/wire";
 import { notice } from "../display/notice";
@@ -163,9 +163,20 @@ export interface TrainableModelOptions {
    * `--gpu-cost-per-hour-usd`, else not priced).
    */
   gpuCostPerHourUsd?: number;
+  /**
+   * Experiment trackers the server sends each of this model's history rows to (train and val
+   * metrics, the step's timings), as they are written, with no change to the training loop:
+   * `"wandb"` (Weights & Biases: online with `WANDB_API_KEY` set where the server runs, or
+   * `WANDB_MODE=offline`) and `"trackio"` (a local dashboard: `npm run dashboard`). Default: the
+   * server's `--report`; `[]` reports nowhere. A tracker that fails never fails a step: one notice.
+   */
+  report?: Tracker[];
+  /** How many trajectories of each step go to the trackers as a table (0 to 64; default the server's, 0). */
+  reportTrajectories?: number;
 }
 
 const MAX_PRICE_PER_HOUR = 100_000; // the server's bound on gpu_cost_per_hour_usd (core/bounds.py)
+const MAX_REPORTED_TRAJECTORIES = 64; // the server's bound on report_trajectories (core/bounds.py)
 
 const TrainableModelOptionsSchema = z.object({
   name: safeNameOption,
@@ -173,6 +184,8 @@ const TrainableModelOptionsSchema = z.object({
   baseModel: z.string().min(1).optional(),
   lora: LoraConfigSchema.optional(),
   gpuCostPerHourUsd: z.number().min(0).max(MAX_PRICE_PER_HOUR).finite().optional(),
+  report: z.array(z.enum(["wandb", "trackio"])).max(2).optional(),
+  reportTrajectories: z.number().int().min(0).max(MAX_REPORTED_TRAJECTORIES).optional(),
 }).strict();
 
 /** Options of {@link TrainableModel.train} beyond the GRPO config. */
@@ -265,6 +278,10 @@ export class TrainableModel implements ChatModel {
   readonly lora: LoraConfig | undefined;
   /** What an hour of the server's machine costs (US dollars), or undefined for the server's price. */
   readonly gpuCostPerHourUsd: number | undefined;
+  /** The trackers its history rows go to, or undefined for the server's `--report`. */
+  readonly report: Tracker[] | undefined;
+  /** Trajectories of each step sent to the trackers as a table, or undefined for the server's default. */
+  readonly reportTrajectories: number | undefined;
   /**
    * The fetch for frameworks (with {@link TrainableModel.baseURL}): asks every chat completion for
    * token ids and logprobs, and records it inside {@link TrainableModel.rollout}.
@@ -283,6 +300,8 @@ export class TrainableModel implements ChatModel {
     this.baseModel = options.baseModel ?? DEFAULT_BASE_MODEL;
     this.lora = options.lora;
     this.gpuCostPerHourUsd = options.gpuCostPerHourUsd;
+    this.report = options.report;
+    this.reportTrajectories = options.reportTrajectories;
     this.fetch = recordingFetch({ owner: this, label: this.name, askForTokens: true, base: (input, init) => this.backendFetch(input, init) });
   }
 
@@ -296,6 +315,8 @@ export class TrainableModel implements ChatModel {
   async register(backend: Backend): Promise<RegisteredModel> {
     const info = await backend.request("POST", "/v1/art/models/register", ModelInfo, {
       name: this.name, project: this.project, base_model: this.baseModel, ...(this.lora ? { lora: loraToWire(this.lora) } : {}),
+      ...(this.report ? { report: this.report } : {}),
+      ...(this.reportTrajectories === undefined ? {} : { report_trajectories: this.reportTrajectories }),
     } satisfies RegisterBody);
     this.backendRef = backend;
     this.client = undefined;
@@ -326,6 +347,16 @@ export class TrainableModel implements ChatModel {
     const info = await this.info();
     this.step = info.step;
     return info.step;
+  }
+
+  /**
+   * The model as the server describes it now: its step, whether a step is training, where it was
+   * forked from, and how its reporters to experiment trackers are doing.
+   */
+  async getInfo(): Promise<RegisteredModel> {
+    const info = await this.info();
+    this.step = info.step;
+    return registeredModelFromWire(info);
   }
 
   private info(): Promise<ModelInfo> {

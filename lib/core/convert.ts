@@ -64,6 +64,10 @@ export function registeredModelFromWire(info: ModelInfo): RegisteredModel {
     lora: { r: info.lora.r, alpha: info.lora.alpha, dropout: info.lora.dropout, targetModules: info.lora.target_modules },
     path: info.path, training: info.training, ...(info.resumed === undefined ? {} : { resumed: info.resumed }),
     ...(info.forked_from === undefined ? {} : { forkedFrom: info.forked_from }),
+    reporters: (info.reporters ?? []).map((r) => ({
+      tracker: r.tracker, state: r.state, rowsSent: r.rows_sent,
+      ...(r.location === undefined ? {} : { location: r.location }), ...(r.error === undefined ? {} : { error: r.error }),
+    })),
   };
 }
 

@@ -676,6 +676,13 @@ export interface components {
             name: string;
             /** Project */
             project: string;
+            /** Report */
+            report?: ("wandb" | "trackio")[] | null;
+            /**
+             * Report Trajectories
+             * trajectories of each step sent to the trackers as a table
+             */
+            report_trajectories?: number | null;
         };
         /**
          * SFTConfig

@@ -223,6 +223,28 @@ export interface RegisteredModel {
   resumed?: boolean;
   /** The checkpoint it was forked from ({@link RemoteBackend.forkCheckpoint}), if it was. */
   forkedFrom?: ForkOrigin;
+  /** Where its history rows are reported ({@link TrainableModelOptions.report}): one entry per tracker. */
+  reporters: ReporterStatus[];
+}
+
+/** An experiment tracker a model's history rows are sent to, by the server. */
+export type Tracker = "wandb" | "trackio";
+
+/** How a model's reporter to one tracker is doing. */
+export interface ReporterStatus {
+  /** The tracker. */
+  tracker: Tracker;
+  /**
+   * `starting` while it opens its run (it may wait on a network), `running`, `failed` (it stopped;
+   * training went on, the history on the server is complete), `closed` when the server stopped.
+   */
+  state: "starting" | "running" | "failed" | "closed";
+  /** History rows sent so far (all of them, once the tracker has caught up). */
+  rowsSent: number;
+  /** Where the run can be seen: its URL, an offline run's folder, or the Trackio project. */
+  location?: string;
+  /** Why it failed. */
+  error?: string;
 }
 
 /** The checkpoint a model was forked from. */

@@ -56,6 +56,10 @@ export const ModelInfo = z.object({
   training: z.boolean(),
   resumed: z.boolean().optional(),
   forked_from: z.object({ project: z.string(), name: z.string(), step: z.number().int().min(0) }).optional(),
+  reporters: z.array(z.object({
+    tracker: z.enum(["wandb", "trackio"]), state: z.enum(["starting", "running", "failed", "closed"]),
+    rows_sent: z.number().int().min(0), location: z.string().optional(), error: z.string().optional(),
+  })).optional(),
 });
 export type ModelInfo = z.infer<typeof ModelInfo>;
 

@@ -33,7 +33,8 @@ const VALUES = [
 const TYPES = [
   "Backend", "ChatModel", "Conversation", "LocalBackendOptions", "ModelOptions", "RemoteBackendOptions", "SamplingThroughput",
   "StaleGroupCounts", "TrainOptions", "TrainSftOptions", "TrainableModelOptions", "GrpoConfig", "LoraConfig", "SftConfig", "TrainConfig",
-  "DeleteCheckpointsResult", "ForkCheckpointOptions", "ForkOrigin", "HistoryRow", "RegisteredModel", "StepMetrics", "TrainEvent", "TrainResult",
+  "DeleteCheckpointsResult", "ForkCheckpointOptions", "ForkOrigin", "HistoryRow", "RegisteredModel", "ReporterStatus", "StepMetrics", "TrainEvent", "TrainResult",
+  "Tracker",
   "MessageOrChoice", "MessageParam", "SampledChoice", "SamplingParams", "ToolParam", "TrajectoryInit", "TrajectorySource",
   "GatherOptions", "GatherProgress", "RetryOptions", "PipelineEvalEvent", "PipelineOptions", "PipelineResult", "PipelineState",
   "PipelineStepEvent", "PipelineTrainEvent", "StageProgress", "TrainingProgress", "TrainLoopOptions", "TrainLoopResult",

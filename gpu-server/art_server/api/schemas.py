@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.json_schema import JsonDict
 
-from ..core.bounds import MAX_PRICE_PER_HOUR, MAX_TOKEN_ID, MAX_TOKENS_PER_SEQUENCE
+from ..core.bounds import MAX_PRICE_PER_HOUR, MAX_REPORTED_TRAJECTORIES, MAX_TOKEN_ID, MAX_TOKENS_PER_SEQUENCE
 from ..core.json_types import INTEGRAL, WholeNumber
 from ..core.names import ADAPTER_PATTERN, NAME_PATTERN, RESERVED_PROJECTS
 from ..trainer.grpo import GRPOConfig
@@ -245,6 +245,12 @@ class RegisterRequest(BaseModel):
     )
     base_model: str = Field(min_length=1, max_length=512)
     lora: LoraSpec | None = None
+    # Experiment tracking (art_server/report/): the trackers this model's history rows go to; left
+    # out, the server's --report. An empty list reports nowhere.
+    report: list[Literal["wandb", "trackio"]] | None = Field(None, max_length=2)
+    report_trajectories: Annotated[int, Field(ge=0, le=MAX_REPORTED_TRAJECTORIES), INTEGRAL] | None = Field(
+        None, description="trajectories of each step sent to the trackers as a table"
+    )
 
 
 class SamplingIn(BaseModel):

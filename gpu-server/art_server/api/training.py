@@ -15,6 +15,7 @@ from fastapi.responses import FileResponse, Response, StreamingResponse
 from ..core.names import NameError_, check_name
 from ..service.fork import ParentNotFound, fork_checkpoint
 from ..service.manager import BaseModelConflict, ModelNotFound
+from ..service.reporting import ReportSettings, check_trackers
 from ..service.trainable import LoraConfigError, RegistrationError
 from ..store import checkpoints as ckpt
 from ..trainer.guard import StepAborted
@@ -94,14 +95,28 @@ async def register(body: RegisterRequest, request: Request) -> dict[str, Any]:
         except NameError_ as error:
             raise ApiError(400, str(error), "invalid_value", param) from None
     lora = body.lora
+    training = manager_of(request).training
     try:
-        return await manager_of(request).training.register(body.name, body.project, body.base_model, lora)
+        report = _report_settings(body, training.reports.default)
+    except ValueError as error:  # a tracker whose package the server lacks
+        raise ApiError(400, str(error), "invalid_value", "report") from None
+    try:
+        return await training.register(body.name, body.project, body.base_model, lora, report)
     except ModelNotFound as error:
         raise ApiError(404, str(error), "model_not_found", "base_model") from None
     except (BaseModelConflict, RegistrationError) as error:
         raise ApiError(409, str(error), "conflict") from None
     except LoraConfigError as error:
         raise ApiError(400, str(error), "invalid_value", "lora") from None
+
+
+def _report_settings(body: RegisterRequest, default: ReportSettings) -> ReportSettings | None:
+    """The model's trackers: the request's, else the server's (None); its table size, else the server's."""
+    if body.report is None and body.report_trajectories is None:
+        return None
+    trackers = default.trackers if body.report is None else check_trackers(body.report)
+    trajectories = default.trajectories if body.report_trajectories is None else body.report_trajectories
+    return ReportSettings(trackers, trajectories)
 
 
 @router.get("/{name}", summary="A registered model: its step, inference name, LoRA config")

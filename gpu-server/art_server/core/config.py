@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import overload
 
-from .bounds import MAX_PRICE_PER_HOUR
+from .bounds import MAX_PRICE_PER_HOUR, MAX_REPORTED_TRAJECTORIES
 
 # A configuration that cannot work ends the process with one line and this exit code (EX_CONFIG
 # from sysexits.h); LocalBackend turns it into a ConfigurationError. See preflight.py.
@@ -56,6 +56,8 @@ class ServerConfig:
     max_batch_size: int = 256
     max_n: int = 256
     gpu_cost_per_hour_usd: float = 0.0  # what this machine's hour costs: each step's cost_usd (0: not priced)
+    report: str = ""  # trackers every model reports to unless its registration says (comma list: wandb, trackio)
+    report_trajectories: int = 0  # trajectories of each step sent to the trackers as a table
     log_level: str = "info"
     parent_pid: int | None = None  # exit when this process is gone (LocalBackend passes its own)
     docs: bool = False  # serve /docs, /redoc and /openapi.json (public: they describe the API, no data)
@@ -109,6 +111,12 @@ def _price(text: str) -> float:
     if not math.isfinite(value) or not 0 <= value <= MAX_PRICE_PER_HOUR:
         raise argparse.ArgumentTypeError(f"{text} US dollars per hour: give a price from 0 to {MAX_PRICE_PER_HOUR:,}")
     return value
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) > MAX_REPORTED_TRAJECTORIES:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number from 0 to {MAX_REPORTED_TRAJECTORIES}")
+    return int(text)
 
 
 def parse_args(argv: list[str] | None = None) -> ServerConfig:
@@ -194,6 +202,19 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         default=_env("GPU_COST_PER_HOUR_USD", str(d.gpu_cost_per_hour_usd)),
         help="what an hour of this machine costs, in US dollars: each training step records cost_usd for its "
         "sampling and training time (a model's gpuCostPerHourUsd overrides it; ART_GPU_COST_PER_HOUR_USD)",
+    )
+    p.add_argument(
+        "--report",
+        default=_env("REPORT", d.report),
+        help="experiment tracking: send every model's history rows to these trackers (comma list of wandb, "
+        "trackio; a model's `report` option overrides it). W&B reads WANDB_API_KEY or WANDB_MODE=offline, "
+        "Trackio TRACKIO_DIR (ART_REPORT)",
+    )
+    p.add_argument(
+        "--report-trajectories",
+        type=_count,
+        default=_env("REPORT_TRAJECTORIES", str(d.report_trajectories)),
+        help="with --report: how many trajectories of each step to send as a table (default 0; ART_REPORT_TRAJECTORIES)",
     )
     p.add_argument("--log-level", default=_env("LOG_LEVEL", d.log_level))
     p.add_argument(
@@ -333,6 +354,8 @@ def parse_args(argv: list[str] | None = None) -> ServerConfig:
         max_batch_size=a.max_batch_size,
         max_n=a.max_n,
         gpu_cost_per_hour_usd=a.gpu_cost_per_hour_usd,
+        report=a.report,
+        report_trajectories=a.report_trajectories,
         log_level=a.log_level,
         parent_pid=a.parent_pid,
         docs=a.docs,

@@ -56,11 +56,13 @@ async def fork_checkpoint(
             )
         origin = {"project": project, "name": from_model, "step": step}
         model.gate.clear()  # requests for the bare name wait for the fork, as they wait for a step
+        await service.reports.suspend(model)  # the history they follow is replaced: new tracker runs
         try:
             await asyncio.to_thread(build_fork, model.paths, parent_paths, step, origin)
             await _take_over(service, model, step, origin)
         finally:
             model.gate.set()
+            service.reports.restart(model)
         return model.info()  # forked_from included
 
 

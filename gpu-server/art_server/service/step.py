@@ -166,6 +166,7 @@ class StepTransaction:
         except OSError as error:
             message = f"step {step}'s history row could not be appended ({error}); the next start restores it from the checkpoint"
             self.lines.put_nowait({"type": "warning", "message": message})
+        self.service.reports.wake(self.model)  # the trackers take the new row
 
     def _record(self) -> None:
         if self.plan.trajectories is not None:

@@ -50,6 +50,7 @@ class TrainableModel:
     # completes there; the next step waits for it.
     worker: asyncio.Task | None = None
     forked_from: dict[str, Any] | None = None  # project, name and step of the checkpoint it was forked from
+    reporters: list[Any] = field(default_factory=list)  # report/reporter.py: one per tracker (service/reporting.py)
 
     def info(self) -> dict[str, Any]:
         return {
@@ -62,6 +63,7 @@ class TrainableModel:
             "path": str(self.paths.root),
             "training": not self.gate.is_set() or (self.worker is not None and not self.worker.done()),
             **({"forked_from": self.forked_from} if self.forked_from else {}),
+            "reporters": [r.status() for r in self.reporters],
         }
 
 

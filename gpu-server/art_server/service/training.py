@@ -40,6 +40,7 @@ from ..trainer.lora import LoraHost, LoraSpec
 from ..trainer.ranks import RankPlan, RankPool
 from ..trainer.sft import SFTConfig, sft_sequence, train_sft
 from ..trainer.sharding import shard_base, shard_elements
+from .reporting import ReportingService, ReportSettings, server_default
 from .step import StepPlan, StepTransaction
 from .trainable import RegistrationError, TrainableModel, register
 
@@ -71,6 +72,7 @@ class TrainingService:
         self.pool: RankPool | None = None  # trainer ranks beyond this process (ranks.py), when configured
         self.threads: int | None = None  # CPU threads of training in this process (None: every core torch has)
         self._references: dict[str, tuple[int, dict[str, torch.Tensor]]] = {}  # KL reference slot -> (step, weights)
+        self.reports = ReportingService(server_default(manager.config))  # experiment tracking
 
     async def start_ranks(self, plan: RankPlan) -> None:
         """Brings the trainer ranks together (RankSetupError when they cannot be)."""
@@ -172,7 +174,9 @@ class TrainingService:
     def tokenizer(self) -> Any:
         return self.manager.require_engine().tokenizer
 
-    async def register(self, name: str, project: str, base_model: str, lora: LoraSpec | None) -> dict[str, Any]:
+    async def register(
+        self, name: str, project: str, base_model: str, lora: LoraSpec | None, report: ReportSettings | None = None
+    ) -> dict[str, Any]:
         # One registration at a time: concurrent first registrations of a name would both create it.
         async with self._register_lock:
             existing = self.models.get(name)
@@ -190,6 +194,7 @@ class TrainingService:
                     )
                 if lora is not None and vars(lora) != vars(existing.lora):
                     raise RegistrationError(f"model {project}/{name} is registered with LoRA config {vars(existing.lora)}")
+                await self.reports.configure(existing, report)
                 return {**existing.info(), "resumed": True}
             if name in self.manager.adapters:
                 raise RegistrationError(
@@ -204,6 +209,7 @@ class TrainingService:
             )
             self.models[name] = model
             await self.serve_step(model, model.step)
+            await self.reports.configure(model, report)
             log.info("%s %s/%s at step %d", "resumed" if resumed else "registered", project, name, model.step)
             return {**model.info(), "resumed": resumed}
 
@@ -222,10 +228,12 @@ class TrainingService:
             cancel.set()
 
     async def stop(self, timeout: float = 30.0) -> None:
-        """Stops every running step and waits for each to roll back or commit."""
+        """Stops every running step and waits for each to roll back or commit, then lets the
+        trackers take the last rows."""
         self.cancel_all()
         if self._steps:
             await asyncio.wait(list(self._steps), timeout=timeout)
+        await self.reports.close_all(list(self.models.values()))
         if self.pool is not None:
             await asyncio.to_thread(self.pool.close)
 
@@ -347,6 +355,8 @@ class TrainingService:
             )
             async for line in self._run_step(model, engine, serve_previous, plan):
                 yield line
+            for message in self.reports.notices(model):
+                yield {"type": "warning", "message": message}
             yield {"type": "result", "step": new_step, "metrics": plan.row}
 
     async def train_sft(
@@ -393,6 +403,8 @@ class TrainingService:
             )
             async for line in self._run_step(model, engine, False, plan):
                 yield line
+            for message in self.reports.notices(model):
+                yield {"type": "warning", "message": message}
             yield {"type": "result", "step": new_step, "metrics": plan.row}
 
     async def _run_step(
@@ -445,7 +457,9 @@ class TrainingService:
         model = self.get(name)
         step = model.step if step is None else step
         await asyncio.to_thread(write_trajectories, model.paths, split, step, groups)
-        return append_history(model.paths, step, split, {**group_metrics(groups), **(extra or {})})
+        row = append_history(model.paths, step, split, {**group_metrics(groups), **(extra or {})})
+        self.reports.wake(model)
+        return row
 
     def history(self, name: str) -> list[dict[str, Any]]:
         return read_history(self.get(name).paths)

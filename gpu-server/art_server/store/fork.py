@@ -21,8 +21,9 @@ from .layout import ModelPaths
 FORK_DIR = ".fork"
 REPLACED_DIR = ".fork-replaced"  # what the fork replaced, deleted once the fork is in place
 COMMITTED = "COMMITTED"
-# What a fork replaces. model.json is among them: it names the parent the model was forked from.
-REPLACED = ("model.json", "checkpoints", "history.jsonl", "trajectories")
+# What a fork replaces. model.json is among them: it names the parent the model was forked from;
+# reports (the trackers' cursors) start empty, as the history they follow is the fork's.
+REPLACED = ("model.json", "checkpoints", "history.jsonl", "trajectories", "reports")
 
 
 def history_until(rows: list[dict[str, Any]], step: int) -> list[dict[str, Any]]:
@@ -46,6 +47,7 @@ def build_fork(target: ModelPaths, parent: ModelPaths, step: int, origin: dict[s
         meta = json.loads(target.model_json.read_text())
         write_json(work / "model.json", {**meta, "forked_from": origin})
         (work / "trajectories").mkdir()
+        (work / "reports").mkdir()
         fsync_tree(work)
         fail_once("exit_during_fork")
         write_json(work / COMMITTED, origin)  # the commit

@@ -6,6 +6,8 @@
     trajectories/<split>/<step:04d>.jsonl
     checkpoints/<step:04d>/             a PEFT adapter folder (+ optimizer.pt, state.json)
     logs/
+    reports/<tracker>.json              a tracker reporter's run id and how many rows it has sent
+    wandb/                              Weights & Biases' files of the model's run (unless WANDB_DIR)
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ class ModelPaths:
     @property
     def logs(self) -> Path:
         return self.root / "logs"
+
+    def report_state(self, tracker: str) -> Path:
+        return self.root / "reports" / f"{tracker}.json"
 
     def checkpoint(self, step: int) -> Path:
         return self.checkpoints / f"{step:04d}"
