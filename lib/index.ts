@@ -60,6 +60,7 @@ export { DEFAULT_RUBRIC, JudgeOutputError, type JudgeScores, type RulerOptions, 
 export { recordJudgeUsage } from "./integrations/judge-cost";
 export type { JudgeUsage, TokenPricing } from "./core/judge-usage";
 export { type McpClientLike, type McpStdioOptions, type McpToolInfo, type McpToolResult, McpTools } from "./integrations/mcp-tools";
+export { type GenerateScenariosOptions, generateScenarios, generatorMessages, type Scenario, ScenarioGenerationError, type ScenarioProgress } from "./integrations/scenarios";
 export {
   downloadFromHub, type DownloadFromHubOptions, pushToHub, type PushToHubOptions, type PushToHubResult,
 } from "./integrations/hub";

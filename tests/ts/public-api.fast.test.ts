@@ -17,7 +17,7 @@ const VALUES = [
   "trainLoop", "trainPipeline",
   // history, capture, integrations
   "historyColumns", "historyFrame", "currentTrajectory", "recordingFetch",
-  "DEFAULT_RUBRIC", "JudgeOutputError", "McpTools", "downloadFromHub", "pushToHub", "recordJudgeUsage", "rulerScoreGroup",
+  "DEFAULT_RUBRIC", "JudgeOutputError", "McpTools", "ScenarioGenerationError", "generateScenarios", "generatorMessages", "downloadFromHub", "pushToHub", "recordJudgeUsage", "rulerScoreGroup",
   // notebook helpers and display
   "ParameterError", "connectBackend", "evaluate", "extractTag", "historyFigure", "notebookParams", "parseTagged", "plotHistory",
   "randomChoice", "randomInt", "rng", "showComparison", "showTrajectory", "showTrajectoryGroup", "shuffled", "smokeRun", "summarize",
@@ -39,7 +39,7 @@ const TYPES = [
   "GatherOptions", "GatherProgress", "RetryOptions", "PipelineEvalEvent", "PipelineOptions", "PipelineResult", "PipelineState",
   "PipelineStepEvent", "PipelineTrainEvent", "StageProgress", "TrainingProgress", "TrainLoopOptions", "TrainLoopResult",
   "HistoryColumns", "HistoryFrame", "RecordingFetchOptions", "RecordedRequest", "JudgeScores", "JudgeUsage", "RulerOptions", "TokenPricing",
-  "McpClientLike", "McpStdioOptions", "McpToolInfo", "McpToolResult", "DownloadFromHubOptions", "PushToHubOptions",
+  "McpClientLike", "McpStdioOptions", "McpToolInfo", "McpToolResult", "GenerateScenariosOptions", "Scenario", "ScenarioProgress", "DownloadFromHubOptions", "PushToHubOptions",
   "PushToHubResult", "ParamValue", "ConnectOptions", "ConnectedBackend", "ScriptedReply", "EvalResult", "EvalSummary",
   "Interval95", "ReportOptions", "RunResults",
   "ChartMark", "HistoryInput", "PlotHistoryOptions", "TrajectoryViewOptions", "Random", "TagParse", "MimeBundle",

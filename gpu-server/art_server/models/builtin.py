@@ -70,6 +70,15 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
+# A test template that is not append-only, as Qwen3's is (it drops earlier turns' reasoning): each
+# assistant turn but the last renders empty, so a later turn's prompt does not extend an earlier
+# turn's sampled tokens. builtin:tiny-forgetful uses it to test how such conversations train.
+FORGETFUL_TEMPLATE = CHAT_TEMPLATE.replace(
+    "{% else %}<|im_start|>{{ message.role }}",
+    "{% elif message.role == 'assistant' and not loop.last %}<|im_start|>assistant\n<|im_end|>\n"
+    "{% else %}<|im_start|>{{ message.role }}",
+)
+
 
 @dataclass(frozen=True)
 class BuiltinSpec:
@@ -85,6 +94,7 @@ class BuiltinSpec:
     max_position_embeddings: int
     initializer_range: float
     seed: int = 0
+    chat_template: str = CHAT_TEMPLATE
 
 
 BUILTIN_SPECS: dict[str, BuiltinSpec] = {
@@ -98,6 +108,18 @@ BUILTIN_SPECS: dict[str, BuiltinSpec] = {
         intermediate_size=256,
         max_position_embeddings=2048,
         initializer_range=0.2,
+    ),
+    "tiny-forgetful": BuiltinSpec(  # tiny's weights, with a chat template that rewrites history
+        "tiny-forgetful",
+        vocab_size=1024,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=256,
+        max_position_embeddings=2048,
+        initializer_range=0.2,
+        chat_template=FORGETFUL_TEMPLATE,
     ),
     "small": BuiltinSpec(
         "small",
@@ -162,7 +184,7 @@ def build_tokenizer(spec: BuiltinSpec):
     )
     tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in DOMAIN_TOKENS])
-    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.chat_template = spec.chat_template
     tokenizer.model_max_length = spec.max_position_embeddings
     return tokenizer
 

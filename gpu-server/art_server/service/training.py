@@ -38,6 +38,7 @@ from ..store.history import (
 from ..trainer.grpo import GRPOConfig, nothing_trained_reason, prepare, train_step
 from ..trainer.lora import LoraHost, LoraSpec
 from ..trainer.ranks import RankPlan, RankPool
+from ..trainer.sequences import not_append_only_notice
 from ..trainer.sft import SFTConfig, sft_sequence, train_sft
 from ..trainer.sharding import shard_base, shard_elements
 from .reporting import ReportingService, ReportSettings, server_default
@@ -312,6 +313,8 @@ class TrainingService:
                 warnings = check_groups(provenance, groups)
                 self._check_tokens(groups)
                 prepared = prepare(groups, config, engine.context_length, model.step, render)
+                if prepared.sequences_split:
+                    prepared.notices.append(not_append_only_notice(model.base_model))
                 return warnings, prepared, self._reference(model, config)
 
             warnings, prepared, ref = await asyncio.to_thread(check_and_prepare)

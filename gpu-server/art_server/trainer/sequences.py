@@ -117,6 +117,16 @@ def scoring_notices(notes: ScoringNotes, temperature: float | None) -> list[str]
     return lines
 
 
+def not_append_only_notice(base_model: str) -> str:
+    """The step's warning when turns had to split (the same words every step: a client shows it once)."""
+    return (
+        f"the chat template of {base_model} is not append-only: a later turn's prompt does not extend the tokens an "
+        "earlier turn of its conversation sampled (the template rewrites earlier turns, e.g. drops their reasoning as "
+        "Qwen3's does). Each such turn trains as its own sequence, with its prompt as context; the step's "
+        "sequences_split (sequencesSplit) counts them"
+    )
+
+
 def build_sequences(turns: list[SampledTurn]) -> tuple[list[Sequence], int]:
     """Sequences for one trajectory's sampled turns, and how many times it had to split."""
     sequences: list[Sequence] = []
