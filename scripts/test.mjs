@@ -6,7 +6,7 @@
 //   node scripts/test.mjs                 every stage, every test (`npm test`)
 //   node scripts/test.mjs --fast          the fast tier (`npm run test:fast`): the checks, and the tests
 //                                         that start no server, browser or vLLM (*.fast.test.ts, pytest -m fast)
-//   node scripts/test.mjs pytest ts       only the named stages (typecheck, ts, package, pytest, notebooks)
+//   node scripts/test.mjs pytest ts       only the named stages (typecheck, ts, package, pytest, notebooks, hardware)
 //   node scripts/test.mjs --serial        one stage at a time, its output live (by default two lanes run
 //                                         side by side, each stage's output printed whole when it ends
 //                                         and written live to .artifacts/test-logs/)
@@ -95,7 +95,18 @@ const STAGES = {
   pytest: [{
     name: fast ? "gpu-server pytest, fast tier (-m fast)" : "gpu-server pytest",
     cmd: VENV_PYTHON,
-    args: ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", "--durations=15", ...(fast ? ["-m", "fast"] : [])],
+    args: ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", "--durations=15", "-m", fast ? "fast" : "not needs"],
+    cwd: path.join(ROOT, "gpu-server"),
+    counts: pytestCounts,
+    env: venvEnv(tierEnv),
+  }],
+  // The tests that need hardware (`@pytest.mark.needs`: vLLM's CPU build on AVX-512, CUDA) as a stage
+  // of their own, so the lanes can be balanced around them: where they run they take ~12 min of 2
+  // cores; where they cannot, they skip in seconds with the reason named.
+  hardware: fast ? [] : [{
+    name: "gpu-server pytest, hardware (-m needs: vLLM, CUDA)",
+    cmd: VENV_PYTHON,
+    args: ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", "--durations=10", "-m", "needs"],
     cwd: path.join(ROOT, "gpu-server"),
     counts: pytestCounts,
     env: venvEnv(tierEnv),
@@ -119,7 +130,9 @@ function notTested(output) {
 // Two lanes run side by side (the suite waits on servers, kernels and a browser about half of its time,
 // so two lanes nearly halve the wall time on 2 cores, and every test runs beside another load, which
 // is how flaky timing shows up). Within a lane, stages run in order. `--serial` runs one stage at a time.
-const LANES = fast ? [["typecheck"], ["ts", "pytest"]] : [["typecheck", "pytest", "package"], ["ts", "notebooks"]];
+// The full suite's split was measured on a 2-core Intel Xeon with AVX-512 (vLLM's CPU build runs):
+// pytest 790 s and hardware 700 s beside typecheck 110 s, ts 705 s, notebooks ~500 s and package 130 s.
+const LANES = fast ? [["typecheck"], ["ts", "pytest"]] : [["pytest", "hardware"], ["typecheck", "ts", "notebooks", "package"]];
 const LOGS = path.join(ARTIFACTS, "test-logs");
 const unlaned = Object.keys(STAGES).filter((key) => !LANES.flat().includes(key) && STAGES[key].length);
 if (unlaned.length) throw new Error(`scripts/test.mjs: stage(s) in no lane: ${unlaned.join(", ")}`);

@@ -194,7 +194,7 @@ def test_a_failing_reporter_never_fails_or_stalls_a_step(tmp_path):
         "WANDB_MODE": "online",
         "WANDB_API_KEY": "x" * 40,
         "WANDB_BASE_URL": "http://127.0.0.1:9",
-        "WANDB_INIT_TIMEOUT": "6",
+        "WANDB_INIT_TIMEOUT": "10",
         "WANDB_SILENT": "true",
     }
     srv = start_server(tmp_path / "data", "--base-model", "builtin:tiny", "--report", "wandb", env=env)

@@ -33,8 +33,9 @@ describe("examples/tracking.ts", () => {
     assert.equal(ran.exitCode, 0, ran.all.slice(-3000));
     name = /^(toy-\w+): reward per step( \d\.\d\d){4}$/m.exec(ran.stdout)?.[1] ?? "";
     assert.ok(name, ran.stdout);
-    assert.match(ran.stdout, /^wandb: running, \d rows sent so far, \S+offline-run-\S+$/m);
-    assert.match(ran.stdout, /^trackio: running, \d rows sent so far, trackio project 'tracking-example'/m);
+    // Under load W&B may still be opening its run when the example prints; the run is read back below.
+    assert.match(ran.stdout, /^wandb: (starting|running), \d rows sent so far/m);
+    assert.match(ran.stdout, /^trackio: (starting|running), \d rows sent so far/m);
 
     const root = path.join(tmp, "data", "tracking-example", "models", name);
     const history = fs.readFileSync(path.join(root, "history.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));

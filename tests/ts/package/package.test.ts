@@ -172,7 +172,7 @@ describe("art-ts installed into a project outside this repository", { timeout: 9
     assert.ok(out.captured.tokens.length === 2 && out.captured.tokens.every((n) => n > 0), `token ids of both calls: ${out.captured.tokens}`);
     assert.equal(out.mcpWithoutSdk.name, "MissingDependencyError");
     assert.match(out.mcpWithoutSdk.message, /optional package @modelcontextprotocol\/sdk: `npm install @modelcontextprotocol\/sdk`/);
-    assert.deepEqual(Object.keys(out.registered).sort(), ["baseModel", "inferenceName", "lora", "name", "path", "project", "resumed", "step", "training"]);
+    assert.deepEqual(Object.keys(out.registered).sort(), ["baseModel", "inferenceName", "lora", "name", "path", "project", "reporters", "resumed", "step", "training"]);
     assert.deepEqual(out.registered.lora, { r: 4, alpha: 16, dropout: 0, targetModules: ["q_proj", "v_proj"] });
     assert.deepEqual([out.fromStep, out.step], [0, 1]);
     assert.equal(out.metrics.step, undefined, "metrics carry no step of their own (fromStep and step say it)");
