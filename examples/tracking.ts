@@ -2,7 +2,7 @@
 // sends each history row (train and val metrics, the step's timings, a sample of trajectories) to
 // Weights & Biases and to Trackio as it writes it.
 //
-//   WANDB_MODE=offline npx tsx examples/tracking.ts [--base-model builtin:tiny --lr 1e-2 --steps 6]
+//   WANDB_MODE=offline npx tsx examples/tracking.ts [--base-model builtin:tiny --lr 1e-2 --steps 4]
 //   npm run dashboard        # Trackio's dashboard: http://127.0.0.1:7860
 //
 // W&B online needs only WANDB_API_KEY where the server runs; WANDB_MODE=offline keeps the run on
@@ -13,8 +13,8 @@ import { trainToyTask } from "./toy-task";
 
 async function main() {
   const { values } = parseArgs({ options: {
-    "base-model": { type: "string", default: DEFAULT_BASE_MODEL }, lr: { type: "string", default: "3e-4" },
-    steps: { type: "string", default: "6" }, "data-dir": { type: "string" },
+    "base-model": { type: "string", default: DEFAULT_BASE_MODEL }, lr: { type: "string", default: "1e-3" },
+    steps: { type: "string", default: "12" }, "data-dir": { type: "string" },
   } });
   const baseModel = values["base-model"];
   const backend = await LocalBackend.start({ baseModel, ...(values["data-dir"] ? { dataDir: values["data-dir"] } : {}) });
