@@ -11,7 +11,7 @@ near uniform and GRPO with LoRA learns nothing in a reasonable number of steps.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
 
@@ -97,30 +97,22 @@ class BuiltinSpec:
     chat_template: str = CHAT_TEMPLATE
 
 
+TINY = BuiltinSpec(
+    "tiny",
+    vocab_size=1024,
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=256,
+    max_position_embeddings=2048,
+    initializer_range=0.2,
+)
+
 BUILTIN_SPECS: dict[str, BuiltinSpec] = {
-    "tiny": BuiltinSpec(
-        "tiny",
-        vocab_size=1024,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=256,
-        max_position_embeddings=2048,
-        initializer_range=0.2,
-    ),
-    "tiny-forgetful": BuiltinSpec(  # tiny's weights, with a chat template that rewrites history
-        "tiny-forgetful",
-        vocab_size=1024,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=256,
-        max_position_embeddings=2048,
-        initializer_range=0.2,
-        chat_template=FORGETFUL_TEMPLATE,
-    ),
+    "tiny": TINY,
+    # tiny's weights, with a chat template that rewrites history
+    "tiny-forgetful": replace(TINY, name="tiny-forgetful", chat_template=FORGETFUL_TEMPLATE),
     "small": BuiltinSpec(
         "small",
         vocab_size=2048,
