@@ -10,7 +10,7 @@ import path from "node:path";
 import { exportHtml } from "./html-export.mjs";
 import { ROOT, VENV_BIN, venvEnv } from "./project.mjs";
 
-const ALL = ["tictactoe", "2048", "codenames", "sft-then-rl", "bring-your-own-agent"];
+const ALL = ["tictactoe", "2048", "codenames", "sft-then-rl", "bring-your-own-agent", "mcp-rl"];
 /** Outputs name the run's data dir; committed results say it relative to the project root. */
 function stripMachinePaths(file) {
   const text = fs.readFileSync(file, "utf8");

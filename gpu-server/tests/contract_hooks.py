@@ -80,8 +80,18 @@ def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
         _cap(body["config"], WORK)
     elif path in TOKEN_BUDGET:
         _cap(body, {"n": MAX_N, "max_tokens": MAX_TOKENS, "max_completion_tokens": MAX_TOKENS, "max_output_tokens": MAX_TOKENS})
+        _enforceable_schema(body.get("response_format"))
         if not any(key in body for key in ("max_tokens", "max_completion_tokens", "max_output_tokens")):
             body[TOKEN_BUDGET[path]] = MAX_TOKENS
+
+
+def _enforceable_schema(response_format: Any) -> None:
+    """A response_format's JSON schema is any object to the OpenAPI document; which schemas can be
+    enforced while sampling is lm-format-enforcer's to say (a 400 otherwise), so a generated one
+    becomes a schema it follows."""
+    spec = response_format.get("json_schema") if isinstance(response_format, dict) else None
+    if isinstance(spec, dict) and isinstance(spec.get("schema"), dict):
+        spec["schema"] = {"type": "object", "properties": {"answer": {"type": "string"}}}
 
 
 def _cap(fields: dict[str, Any], caps: dict[str, int]) -> None:

@@ -183,3 +183,77 @@ def test_a_trained_step_is_a_plain_peft_adapter_of_the_original_model(client, sm
     assert max(abs(a - b) for a, b in zip(got, with_adapter)) < 1e-4
     without = forward_logprobs(smol_path, r["prompt_token_ids"], choice["token_ids"])
     assert max(abs(a - b) for a, b in zip(got, without)) > 1e-3  # the step changed the model
+
+
+TASKS_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "tasks": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 2,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "task": {"type": "string", "minLength": 10, "maxLength": 120},
+                    "difficulty": {"enum": [1, 2, 3, 4, 5]},
+                },
+                "required": ["task", "difficulty"],
+                "additionalProperties": False,
+            },
+        }
+    },
+    "required": ["tasks"],
+    "additionalProperties": False,
+}
+TASKS_FORMAT = {"type": "json_schema", "json_schema": {"name": "tasks", "schema": TASKS_SCHEMA, "strict": True}}
+ASK_FOR_TASKS = [{"role": "user", "content": "Write two questions about towns, as JSON with a difficulty from 1 to 5 each."}]
+
+
+def test_response_format_makes_even_this_small_model_write_json_that_follows_the_schema(client):
+    """Without it the model answers in prose; with it every choice, streamed or not, is JSON that
+    validates against the schema (lm-format-enforcer masks the tokens that would break it)."""
+    import jsonschema
+
+    free = chat(client, messages=ASK_FOR_TASKS, max_tokens=60, seed=0)["choices"][0]["message"]["content"]
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(free)
+    r = chat(client, messages=ASK_FOR_TASKS, max_tokens=200, n=3, seed=1, response_format=TASKS_FORMAT)
+    for choice in r["choices"]:
+        assert choice["finish_reason"] == "stop", choice
+        jsonschema.validate(json.loads(choice["message"]["content"]), TASKS_SCHEMA)
+    body = {
+        "model": MODEL,
+        "messages": ASK_FOR_TASKS,
+        "max_tokens": 200,
+        "seed": 2,
+        "stream": True,
+        "response_format": TASKS_FORMAT,
+    }
+    with client.stream("POST", "/v1/chat/completions", json=body) as streamed:
+        events = [json.loads(line[6:]) for line in streamed.iter_lines() if line.startswith("data: {")]
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
+    jsonschema.validate(json.loads(text), TASKS_SCHEMA)
+    anything = chat(client, messages=ASK_FOR_TASKS, max_tokens=120, seed=3, response_format={"type": "json_object"})
+    assert isinstance(json.loads(anything["choices"][0]["message"]["content"]), dict)
+
+
+@pytest.mark.parametrize(
+    "response_format, says",
+    [
+        (
+            {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "bogus"}}},
+            "cannot be enforced: Unsupported type bogus",
+        ),
+        ({"type": "json_schema"}, "needs json_schema: {name, schema}"),
+        ({"type": "json_schema", "json_schema": {"name": "x", "schema": [1]}}, "needs json_schema: {name, schema}"),
+        ({"type": "json_schema", "json_schema": {"name": "", "schema": {}}}, "name must be a string of 1 to 64"),
+        ({"type": "json_schema", "json_schema": {"name": "x", "schema": {}, "format": 1}}, "not ['format']"),
+        ({"type": "text", "json_schema": {"name": "x", "schema": {}}}, "json_schema goes with type 'json_schema'"),
+        ({"type": "yaml"}, "response_format.type"),
+    ],
+)
+def test_a_response_format_that_cannot_be_enforced_is_a_400_that_says_why(client, response_format, says):
+    r = client.post("/v1/chat/completions", json={"model": MODEL, "messages": ASK_FOR_TASKS, "response_format": response_format})
+    assert r.status_code == 400, r.text
+    assert says in r.json()["error"]["message"] and r.json()["error"]["param"].startswith("response_format")

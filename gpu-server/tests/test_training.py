@@ -69,6 +69,12 @@ def test_registration_creates_step_zero_on_disk_as_a_plain_peft_adapter(trainer,
         want = base(input_ids=ids).logits
         got = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_path), ckpt)(input_ids=ids).logits
     assert torch.allclose(want, got, atol=1e-6)
+    # Every model's checkpoints name the base model, not only the first model's (PEFT's add_adapter,
+    # used from the second model on, leaves it unset).
+    with trainer.client() as c:
+        second = Path(register(c, "fresh-second")["path"]) / "checkpoints" / "0000"
+    for folder in (ckpt, second):
+        assert json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"] == "builtin:tiny"
 
 
 def test_registering_again_resumes_and_conflicts_are_refused(trainer):

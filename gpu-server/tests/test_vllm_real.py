@@ -364,3 +364,13 @@ def test_no_memory_for_the_kv_cache_is_one_configuration_line_and_exit_78(tmp_pa
     )
     assert line.startswith("art-server: configuration error: the vllm engine could not start:")
     assert "kv cache" in line and "--vllm-cpu-kv-cache-gib" in line
+
+
+def test_response_format_is_passed_to_vllm_which_enforces_it(client):
+    import jsonschema
+    from test_real_model import ASK_FOR_TASKS, TASKS_FORMAT, TASKS_SCHEMA
+
+    r = chat(client, messages=ASK_FOR_TASKS, max_tokens=200, n=2, seed=1, response_format=TASKS_FORMAT)
+    for choice in r["choices"]:
+        assert choice["finish_reason"] == "stop", choice
+        jsonschema.validate(json.loads(choice["message"]["content"]), TASKS_SCHEMA)

@@ -13,7 +13,7 @@ import {
   deleteCheckpointsFromWire, historyRowFromWire, loraToWire, metricNameToWire, registeredModelFromWire, sftConfigToWire,
   trainConfigToWire, trainEventFromWire,
 } from "../core/convert";
-import { BadTrajectoryError, ModelNotRegisteredError, ServerProtocolError, ServerUnreachableError, StoppedError } from "../core/errors";
+import { BadTrajectoryError, ConfigurationError, ModelNotRegisteredError, ServerProtocolError, ServerUnreachableError, StoppedError } from "../core/errors";
 import { judgeUsageToWire, type TokenPricing } from "../core/judge-usage";
 import { functionOption, httpUrlOption, parseOptions, safeNameOption } from "../core/options";
 import type { DeleteCheckpointsResult, HistoryRow, RegisteredModel, StepMetrics, Tracker, TrainEvent, TrainResult } from "../core/results";
@@ -124,11 +124,16 @@ export class Model implements ChatModel {
     this.client = new OpenAI({ apiKey: this.apiKey, baseURL: this.baseURL, fetch: this.fetch });
   }
 
-  /** The baseline configured by environment variables, or null when none is. */
-  static fromEnv(): Model | null {
-    const name = process.env.ART_BASELINE_MODEL;
+  /**
+   * The model configured by `<prefix>_MODEL`, `<prefix>_BASE_URL` and `<prefix>_API_KEY` (default
+   * prefix `ART_BASELINE`; the cookbook also reads `ART_GENERATOR` and `ART_JUDGE`), or null when
+   * `<prefix>_MODEL` is unset.
+   */
+  static fromEnv(prefix = "ART_BASELINE", env: NodeJS.ProcessEnv = process.env): Model | null {
+    if (!/^[A-Z][A-Z0-9_]*$/.test(prefix)) throw new ConfigurationError(`Model.fromEnv: prefix ${JSON.stringify(prefix)} is not an environment variable name (e.g. "ART_JUDGE")`);
+    const name = env[`${prefix}_MODEL`];
     if (!name) return null;
-    return new Model({ name, baseURL: process.env.ART_BASELINE_BASE_URL, apiKey: process.env.ART_BASELINE_API_KEY });
+    return new Model({ name, baseURL: env[`${prefix}_BASE_URL`] || undefined, apiKey: env[`${prefix}_API_KEY`] || undefined });
   }
 
   inferenceName(): string {

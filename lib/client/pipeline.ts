@@ -24,6 +24,12 @@ export interface PipelineOptions {
   steps: number;
   /** The groups of one step, called once per step in order (its argument counts from the model's step at the start). */
   groups: (step: number) => TrajectoryGroup[];
+  /**
+   * Scores each training group once its rollouts are in, before its step trains: a judge such as
+   * `(group) => rulerScoreGroup(group, { judge })` that sets each trajectory's reward. Evaluation
+   * groups are not passed to it (their rewards are the environment's own).
+   */
+  scoreGroup?: (group: TrajectoryGroup) => void | Promise<void>;
   /** GRPO settings passed to `model.train`. */
   train?: Omit<TrainOptions, "progress" | "signal" | "staleGroupCounts" | "sampling" | "servePreviousDuringTraining">;
   /** Every `every` steps (and after the last; and before the first at step 0), run `groups()` at that step and log them as `val`. */
@@ -153,6 +159,7 @@ export const PipelineOptionsSchema = z.object({
   model: z.instanceof(TrainableModel, { message: "must be a TrainableModel" }),
   steps: z.number().int().min(0).max(1_000_000),
   groups: functionOption<(step: number) => TrajectoryGroup[]>(),
+  scoreGroup: functionOption<(group: TrajectoryGroup) => void | Promise<void>>().optional(),
   train: z.record(z.string(), z.unknown()).optional(),
   evaluate: z.object({ every: z.number().int().min(1), groups: functionOption<() => TrajectoryGroup[]>() }).strict().optional(),
   maxStepsOffPolicy: z.number().int().min(0).max(1000).optional(),
@@ -427,6 +434,8 @@ class PipelineRun {
         this.report();
       },
     });
+    const score = this.options.scoreGroup;
+    if (score && stage === "rollouts" && !this.stopping) await Promise.all(groups.filter((g) => g.trajectories.length).map((g) => score(g)));
     return groups;
   }
 

@@ -346,6 +346,7 @@ export interface components {
             n?: number;
             /** Presence Penalty */
             presence_penalty?: 0 | null;
+            response_format?: components["schemas"]["ResponseFormat"] | null;
             /** Return Token Ids */
             return_token_ids?: boolean | null;
             /** Seed */
@@ -683,6 +684,25 @@ export interface components {
              * trajectories of each step sent to the trackers as a table
              */
             report_trajectories?: number | null;
+        };
+        /**
+         * ResponseFormat
+         * OpenAI's `response_format`: free text, any JSON object, or JSON that follows a schema
+         *     (enforced while sampling: chat/structured.py).
+         */
+        ResponseFormat: {
+            /** Json Schema */
+            json_schema?: {
+                description?: string | null;
+                name: string;
+                schema: Record<string, never>;
+                strict?: boolean | null;
+            } | null;
+            /**
+             * Type
+             * @enum {string}
+             */
+            type: "text" | "json_object" | "json_schema";
         };
         /**
          * SFTConfig

@@ -61,6 +61,12 @@ export interface RulerOptions {
   temperature?: number;
   /** Judge max tokens (default 1024). */
   maxTokens?: number;
+  /**
+   * Ask for the reply's JSON schema as `response_format` (default true): the art server enforces it
+   * while sampling, so a small local judge writes valid scores too; OpenAI and vLLM take it as well.
+   * Scores are then multiples of 0.1. Turn it off for a judge whose API refuses `response_format`.
+   */
+  structuredOutput?: boolean;
 }
 
 const RulerOptionsSchema = z.object({
@@ -69,7 +75,25 @@ const RulerOptionsSchema = z.object({
   rubric: z.string().min(1).optional(),
   temperature: z.number().min(0).max(2).optional(),
   maxTokens: z.number().int().min(1).max(1_000_000).optional(),
+  structuredOutput: z.boolean().optional(),
 }).strict();
+
+/** The reply's JSON schema for a group of `n`: n entries, ids 1..n, scores in steps of 0.1 (a bound a
+ * small judge keeps only as a list of values). */
+export function judgeReplyFormat(n: number): OpenAI.ResponseFormatJSONSchema {
+  const entry = {
+    type: "object", additionalProperties: false, required: ["trajectory_id", "explanation", "score"],
+    properties: {
+      trajectory_id: { enum: Array.from({ length: n }, (_, i) => String(i + 1)) },
+      explanation: { type: "string", maxLength: 160 },
+      score: { enum: Array.from({ length: 11 }, (_, i) => i / 10) },
+    },
+  };
+  return { type: "json_schema", json_schema: { name: "ruler_scores", schema: {
+    type: "object", additionalProperties: false, required: ["scores"],
+    properties: { scores: { type: "array", minItems: n, maxItems: n, items: entry } },
+  } } };
+}
 
 /** The judge's conversation for a group (exported so a judge can be taught it). */
 export function judgeMessages(group: TrajectoryGroup, rubric: string = DEFAULT_RUBRIC): MessageParam[] {
@@ -131,6 +155,7 @@ export async function rulerScoreGroup(group: TrajectoryGroup, options: RulerOpti
     try {
       completion = await options.judge.openai().chat.completions.create({
         model: options.judge.inferenceName(), messages, temperature: options.temperature ?? 0, max_tokens: options.maxTokens ?? 1024,
+        ...(options.structuredOutput === false ? {} : { response_format: judgeReplyFormat(n) }),
       });
     } catch (error) {
       throw new ModelCallError(`rulerScoreGroup: the judge ${options.judge.inferenceName()} failed: ${(error as Error).message}`, { cause: error });
@@ -141,11 +166,12 @@ export async function rulerScoreGroup(group: TrajectoryGroup, options: RulerOpti
     try {
       const parsed = parseJudgeReply(text);
       const ids = new Set(parsed.scores.map((s) => s.trajectory_id));
-      if (parsed.scores.length !== n || ![...Array(n).keys()].every((i) => ids.has(String(i + 1)))) {
-        throw new Error(`expected ${n} scores with trajectory_id 1..${n}, got ${parsed.scores.length}`);
-      }
-      for (const score of parsed.scores) {
-        const trajectory = group.trajectories[Number(score.trajectory_id) - 1]!;
+      if (parsed.scores.length !== n) throw new Error(`expected ${n} scores with trajectory_id 1..${n}, got ${parsed.scores.length}`);
+      // n scores whose ids are not 1..n once each (a schema cannot say "each once"; small judges repeat
+      // an id) are read in order, as the trajectories were shown.
+      const inOrder = ![...Array(n).keys()].every((i) => ids.has(String(i + 1)));
+      for (const [position, score] of parsed.scores.entries()) {
+        const trajectory = group.trajectories[inOrder ? position : Number(score.trajectory_id) - 1]!;
         trajectory.metrics.independentReward = trajectory.reward;
         trajectory.reward = score.score;
         trajectory.log(`judge: ${score.score.toFixed(3)} ${score.explanation}`.trimEnd());

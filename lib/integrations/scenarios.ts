@@ -39,6 +39,8 @@ export interface ScenarioProgress {
     duplicate: number;
     /** Tasks outside the asked difficulty range. */
     offRange: number;
+    /** Tasks the `accept` option turned down. */
+    rejected: number;
   };
 }
 
@@ -63,8 +65,21 @@ export interface GenerateScenariosOptions {
   maxCalls?: number;
   /** Sampling temperature (default 1: varied tasks). */
   temperature?: number;
+  /** A seed for the generator's sampling (call i sends `seed + i`), where its API takes one. */
+  seed?: number;
   /** The reply's token limit per call (default 2048). */
   maxTokens?: number;
+  /**
+   * Ask for the reply's JSON schema as `response_format` (default true). The art server enforces it
+   * while sampling, so even the small local model writes valid JSON; OpenAI and vLLM take it too.
+   * Turn it off for a generator whose API refuses `response_format`.
+   */
+  structuredOutput?: boolean;
+  /**
+   * A check of each valid, new task against what the tools can do (e.g. "names a town the server
+   * knows"): tasks it returns false for are dropped, counted as `rejected`, and asked for again.
+   */
+  accept?: (scenario: Scenario) => boolean;
   /** Show a progress line (default true). */
   progress?: boolean;
   /** Called after each generator call. */
@@ -80,7 +95,10 @@ const GenerateScenariosOptionsSchema = z.object({
   batchSize: z.number().int().min(1).max(50).optional(),
   maxCalls: z.number().int().min(1).max(10_000).optional(),
   temperature: z.number().min(0).max(2).optional(),
+  seed: z.number().int().min(0).max(2 ** 31).optional(),
   maxTokens: z.number().int().min(64).optional(),
+  structuredOutput: z.boolean().optional(),
+  accept: functionOption<(scenario: Scenario) => boolean>().optional(),
   progress: z.boolean().optional(),
   onProgress: functionOption<(progress: ScenarioProgress) => void>().optional(),
 }).strict();
@@ -126,13 +144,14 @@ export async function generateScenarios(tools: McpTools | McpToolInfo[], options
   const kept: Scenario[] = [];
   const seen = new Set<string>();
   const outputs: string[] = [];
-  const progress: ScenarioProgress = { kept: 0, count: options.count, calls: 0, dropped: { unreadable: 0, malformed: 0, duplicate: 0, offRange: 0 } };
+  const progress: ScenarioProgress = { kept: 0, count: options.count, calls: 0, dropped: { unreadable: 0, malformed: 0, duplicate: 0, offRange: 0, rejected: 0 } };
   const line = options.progress === false ? null : new ProgressLine("scenarios");
   const show = () => line?.update({ done: kept.length, total: options.count, detail: droppedText(progress) });
   show();
   while (kept.length < options.count && progress.calls < maxCalls) {
     const ask = Math.min(batchSize, options.count - kept.length);
-    const text = await callGenerator(options, generatorMessages(toolList, ask, min, max, options.instructions, kept));
+    const text = await callGenerator(options, generatorMessages(toolList, ask, min, max, options.instructions, kept), replyFormat(ask, min, max),
+      options.seed === undefined ? undefined : options.seed + progress.calls);
     progress.calls++;
     outputs.push(text);
     const items = readReply(text);
@@ -147,6 +166,7 @@ export async function generateScenarios(tools: McpTools | McpToolInfo[], options
         const key = normalizedTask(scenario.task);
         if (seen.has(key)) { progress.dropped.duplicate++; continue; }
         seen.add(key);
+        if (options.accept && !options.accept(scenario)) { progress.dropped.rejected++; continue; }
         if (kept.length < options.count) kept.push(scenario);
       }
     }
@@ -207,19 +227,37 @@ function normalizedTask(task: string): string {
 }
 
 function droppedText(progress: ScenarioProgress): string {
-  const { unreadable, malformed, duplicate, offRange } = progress.dropped;
+  const { unreadable, malformed, duplicate, offRange, rejected } = progress.dropped;
   return [
     unreadable ? `${unreadable} unreadable repl${unreadable === 1 ? "y" : "ies"}` : "",
     malformed ? `${malformed} malformed` : "",
     duplicate ? `${duplicate} duplicate${duplicate === 1 ? "" : "s"}` : "",
     offRange ? `${offRange} off the difficulty range` : "",
+    rejected ? `${rejected} rejected` : "",
   ].filter(Boolean).join(", ");
 }
 
-async function callGenerator(options: GenerateScenariosOptions, messages: OpenAI.Chat.Completions.ChatCompletionMessageParam[]): Promise<string> {
+/**
+ * The reply's JSON schema: the shape the prompt shows, with the batch size and difficulty range. Not
+ * `strict` (OpenAI's strict mode refuses length bounds); every task is validated here either way.
+ */
+function replyFormat(count: number, min: number, max: number): OpenAI.ResponseFormatJSONSchema {
+  const difficulties = Array.from({ length: max - min + 1 }, (_, i) => min + i);
+  const task = { type: "object", additionalProperties: false, required: ["task", "difficulty"],
+    properties: { task: { type: "string", minLength: 8, maxLength: 300 }, difficulty: { enum: difficulties } } };
+  return { type: "json_schema", json_schema: { name: "scenarios", schema: {
+    type: "object", additionalProperties: false, required: ["scenarios"],
+    properties: { scenarios: { type: "array", minItems: 1, maxItems: count, items: task } },
+  } } };
+}
+
+async function callGenerator(options: GenerateScenariosOptions, messages: OpenAI.Chat.Completions.ChatCompletionMessageParam[],
+  format: OpenAI.ResponseFormatJSONSchema, seed: number | undefined): Promise<string> {
   try {
     const completion = await options.model.openai().chat.completions.create({
       model: options.model.inferenceName(), messages, temperature: options.temperature ?? 1, max_tokens: options.maxTokens ?? 2048,
+      ...(options.structuredOutput === false ? {} : { response_format: format }),
+      ...(seed === undefined ? {} : { seed }),
     });
     return completion.choices[0]?.message.content ?? "";
   } catch (error) {

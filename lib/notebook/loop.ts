@@ -14,7 +14,7 @@ import { ProgressLine } from "../display/progress-line";
 import { type ChartMark, plotHistory } from "./history-plot";
 
 /** The options `trainLoop` shares with {@link trainPipeline}, passed on as they are. */
-type SharedOptions = "model" | "steps" | "groups" | "train" | "evaluate" | "maxStepsOffPolicy" | "staleGroups" | "maxExceptions" | "concurrency";
+type SharedOptions = "model" | "steps" | "groups" | "scoreGroup" | "train" | "evaluate" | "maxStepsOffPolicy" | "staleGroups" | "maxExceptions" | "concurrency";
 
 /**
  * Options of {@link trainLoop}: those of {@link trainPipeline} that a notebook sets (the model,
@@ -31,7 +31,7 @@ export interface TrainLoopOptions extends Pick<PipelineOptions, SharedOptions> {
 }
 
 const TrainLoopOptionsSchema = PipelineOptionsSchema.pick({
-  model: true, steps: true, groups: true, train: true, evaluate: true, maxStepsOffPolicy: true, staleGroups: true,
+  model: true, steps: true, groups: true, scoreGroup: true, train: true, evaluate: true, maxStepsOffPolicy: true, staleGroups: true,
   maxExceptions: true, concurrency: true, signal: true,
 }).extend({
   metrics: z.array(z.string().min(1)).min(1).optional(),

@@ -202,7 +202,7 @@ def test_kernel_keeps_compiling_when_files_change_between_cells() -> None:
     assert "rebuildTimer" not in "".join(text)
 
 
-COOKBOOK = ["tictactoe.ipynb", "2048.ipynb", "codenames.ipynb", "sft-then-rl.ipynb", "bring-your-own-agent.ipynb"]
+COOKBOOK = ["tictactoe.ipynb", "2048.ipynb", "codenames.ipynb", "sft-then-rl.ipynb", "bring-your-own-agent.ipynb", "mcp-rl.ipynb"]
 
 
 def plotly_traces(nb: nbformat.NotebookNode) -> list[str]:

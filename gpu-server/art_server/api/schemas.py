@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.json_schema import JsonDict
 
+from ..chat.structured import check_schema
 from ..core.bounds import MAX_PRICE_PER_HOUR, MAX_REPORTED_TRAJECTORIES, MAX_TOKEN_ID, MAX_TOKENS_PER_SEQUENCE
 from ..core.json_types import INTEGRAL, WholeNumber
 from ..core.names import ADAPTER_PATTERN, NAME_PATTERN, RESERVED_PROJECTS
@@ -135,6 +136,54 @@ _ZERO_OR_NULL: JsonDict = {
 }  # sampling penalties would change the distribution the trainer needs
 
 
+_JSON_SCHEMA_FORMAT: JsonDict = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name", "schema"],
+    "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": 64},
+        "schema": {"type": "object"},
+        "strict": {"type": ["boolean", "null"]},
+        "description": {"type": ["string", "null"]},
+    },
+}
+
+
+class ResponseFormat(BaseModel):
+    """OpenAI's `response_format`: free text, any JSON object, or JSON that follows a schema
+    (enforced while sampling: chat/structured.py)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={  # json_schema goes with type json_schema, and only there (checked in _check_schema)
+            "if": {"properties": {"type": {"const": "json_schema"}}},
+            "then": {"required": ["json_schema"], "properties": {"json_schema": {"type": "object"}}},
+            "else": {"properties": {"json_schema": {"type": "null"}}},
+        },
+    )
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonObject | None = Field(None, json_schema_extra={"anyOf": [_JSON_SCHEMA_FORMAT, {"type": "null"}]})
+
+    @model_validator(mode="after")
+    def _check_schema(self) -> ResponseFormat:
+        if self.type != "json_schema":
+            if self.json_schema is not None:
+                raise ValueError(f"json_schema goes with type 'json_schema', not {self.type!r}")
+            return self
+        spec = self.json_schema
+        if spec is None or not isinstance(spec.get("schema"), dict):
+            raise ValueError("type 'json_schema' needs json_schema: {name, schema}, the schema a JSON object")
+        name = spec.get("name")
+        if not isinstance(name, str) or not 1 <= len(name) <= 64:
+            raise ValueError("json_schema.name must be a string of 1 to 64 characters")
+        unknown = set(spec) - {"name", "schema", "strict", "description"}
+        if unknown:
+            raise ValueError(f"json_schema takes name, schema, strict and description, not {sorted(unknown)}")
+        check_schema(spec["schema"])
+        return self
+
+
 class ChatCompletionRequest(_Open):
     """The OpenAI chat-completions request, plus vLLM's extras the client may send."""
 
@@ -158,6 +207,7 @@ class ChatCompletionRequest(_Open):
     top_logprobs: Annotated[int, Field(ge=0, le=20), INTEGRAL] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
+    response_format: ResponseFormat | None = None
     # vLLM extras accepted for compatibility: token ids are always returned.
     return_token_ids: bool | None = None
     frequency_penalty: float | None = Field(None, json_schema_extra=_ZERO_OR_NULL)

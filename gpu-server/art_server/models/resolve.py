@@ -58,7 +58,7 @@ def locate_base_model(name: str) -> str:
     if _hf_cache(name) is not None:
         return "hf-cache"
     if name in PACKAGED_MODELS:
-        if packaged.packaged_file(PACKAGED_MODELS[name]) is None:
+        if packaged.packaged_parts(PACKAGED_MODELS[name]) is None:
             raise ModelNotFound(missing_package_message(PACKAGED_MODELS[name]))
         return "packaged-gguf"
     suggestion = did_you_mean(name)

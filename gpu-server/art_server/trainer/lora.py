@@ -81,6 +81,10 @@ class LoraHost:
             if peft is None:
                 self.holder.model = get_peft_model(self.model, config, adapter_name=slot)
             elif slot not in peft.peft_config:
+                # Unlike get_peft_model, add_adapter leaves the base model's id unset, and this slot's
+                # checkpoints would name no base model (adapter_config.json's base_model_name_or_path).
+                if config.base_model_name_or_path is None:
+                    config.base_model_name_or_path = next(iter(peft.peft_config.values())).base_model_name_or_path
                 peft.add_adapter(slot, config)
             adapter_switch.forget(self.model)
             self.model.eval()  # no dropout anywhere; LoRA dropout is 0 by default

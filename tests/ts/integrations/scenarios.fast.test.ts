@@ -14,7 +14,7 @@ const TOOLS: McpToolInfo[] = [
 
 /** A chat-completions endpoint that replies with the next scripted text and keeps each request's messages. */
 class ScriptedGenerator {
-  readonly requests: Array<{ messages: Array<{ role: string; content: string }>; temperature?: number }> = [];
+  readonly requests: Array<{ messages: Array<{ role: string; content: string }>; temperature?: number; response_format?: any }> = [];
   private replies: string[] = [];
   private server = http.createServer((req, res) => {
     let body = "";
@@ -81,7 +81,7 @@ describe("generateScenarios", () => {
       { task: "Is Nice more than 500 km from Paris by road, and how many people live there?", difficulty: 3 },
     ]);
     assert.equal(generator.requests.length, 3);
-    assert.deepEqual(seen.at(-1), { kept: 3, count: 3, calls: 3, dropped: { unreadable: 1, malformed: 3, duplicate: 2, offRange: 1 } });
+    assert.deepEqual(seen.at(-1), { kept: 3, count: 3, calls: 3, dropped: { unreadable: 1, malformed: 3, duplicate: 2, offRange: 1, rejected: 0 } });
     // Each call shows the tools, asks for what is missing, and names the tasks kept so far.
     const prompt = (i: number) => generator.requests[i]!.messages.map((m) => m.content).join("\n");
     assert.match(prompt(0), /town_population: The population of a town/);
@@ -89,6 +89,31 @@ describe("generateScenarios", () => {
     assert.match(prompt(2), /Write 2 new tasks/);
     assert.match(prompt(2), /Tasks already written \(write different ones\):\n- How many people live in Lyon\?/);
     assert.equal(generator.requests[0]!.temperature, 1);
+    // The reply's shape goes along as a JSON schema (the art server enforces it while sampling),
+    // with the batch size and the difficulty range.
+    const format = generator.requests[2]!.response_format;
+    assert.equal(format.type, "json_schema");
+    assert.equal(format.json_schema.name, "scenarios");
+    assert.equal(format.json_schema.schema.properties.scenarios.maxItems, 2);
+    assert.deepEqual(format.json_schema.schema.properties.scenarios.items.properties.difficulty, { enum: [1, 2, 3, 4] });
+  });
+
+  it("drops the tasks `accept` turns down and asks for more", async () => {
+    generator.script(
+      reply({ task: "How many people live in Atlantis?", difficulty: 1 }, { task: "How many people live in Lyon?", difficulty: 1 }),
+      reply({ task: "How far is Lyon from Lille?", difficulty: 2 }),
+    );
+    const known = /Lyon|Lille|Nice/;
+    const seen: ScenarioProgress[] = [];
+    const scenarios = await generateScenarios(TOOLS, { model, count: 2, progress: false, accept: (s) => known.test(s.task), onProgress: (p) => seen.push(p) });
+    assert.deepEqual(scenarios.map((s) => s.task), ["How many people live in Lyon?", "How far is Lyon from Lille?"]);
+    assert.equal(seen.at(-1)!.dropped.rejected, 1);
+  });
+
+  it("leaves response_format out when structuredOutput is false", async () => {
+    generator.script(reply({ task: "How many people live in Lyon?", difficulty: 1 }));
+    await generateScenarios(TOOLS, { model, count: 1, progress: false, structuredOutput: false });
+    assert.equal(generator.requests[0]!.response_format, undefined);
   });
 
   it("throws with what it has when the generator cannot write enough within maxCalls, never a short list", async () => {

@@ -10,7 +10,7 @@ import { type Browser, chromium, type Page } from "playwright-core";
 import { ARTIFACTS, launchChromium, ROOT, type RunningLab, startLab } from "../support/helpers";
 import { codeCell, editCell, errorOutputs, menu, promptOf, prompts, runAll, runCell, startCell, waitForKernelIdle } from "../support/lab-page";
 
-const COOKBOOK = ["tictactoe.ipynb", "2048.ipynb", "codenames.ipynb", "sft-then-rl.ipynb", "bring-your-own-agent.ipynb"];
+const COOKBOOK = ["tictactoe.ipynb", "2048.ipynb", "codenames.ipynb", "sft-then-rl.ipynb", "bring-your-own-agent.ipynb", "mcp-rl.ipynb"];
 const STEPS = 4; // tictactoe's training steps in this test (ART_STEPS), beside ART_SMOKE's small groups
 const EVAL_GAMES = 8; // tictactoe's evaluation games under ART_SMOKE
 const SHOTS = path.join(ARTIFACTS, "screenshots");

@@ -9,12 +9,13 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ...chat.structured import TokenConstraints, requested_schema
 from ..base import Engine, EngineError
 from ..chat_frontend import ChatFrontend, ChatStream
 from ..device_choice import choose_dtype, resolve_device
@@ -65,6 +66,7 @@ class HFEngine(Engine):
             self.runner, eos, max_batch_size=max_batch_size, pad_token_id=pad, seed=seed, threads=decode_threads(device)
         )
         self.frontend = ChatFrontend(tokenizer, self.context_length)
+        self.constraints = TokenConstraints(tokenizer, sorted(eos))
         self.requests_served = 0
 
     # -- adapters ------------------------------------------------------------------------------
@@ -120,8 +122,22 @@ class HFEngine(Engine):
             raise EngineError(f"adapter {adapter!r} is not loaded", status=404, code="model_not_found", param="model")
         return await self.frontend.prompt_ids(body["messages"], body.get("tools"))
 
+    async def _constraint(self, body: dict[str, Any], prompt: list[int]) -> Callable[[list[int]], list[int]] | None:
+        """response_format's token constraint, shared by the request's choices (None: free text)."""
+        schema = requested_schema(body)
+        if schema is None:
+            return None
+        return await asyncio.to_thread(self.constraints.constraint, schema, prompt)  # the first builds a table
+
     def _prepare(
-        self, body: dict[str, Any], adapter: str | None, request_id: str, emit: Any, stream: bool, prompt: list[int]
+        self,
+        body: dict[str, Any],
+        adapter: str | None,
+        request_id: str,
+        emit: Any,
+        stream: bool,
+        prompt: list[int],
+        constraint: Callable[[list[int]], list[int]] | None = None,
     ) -> list[Sequence]:
         if adapter is not None and adapter not in self.runner.adapter_slots:  # unloaded while the prompt was tokenized
             raise EngineError(f"adapter {adapter!r} is not loaded", status=404, code="model_not_found", param="model")
@@ -137,7 +153,9 @@ class HFEngine(Engine):
                 top_logprobs=int(body.get("top_logprobs") or 0),
                 generator=_seed_generator(seed, index, self.device) if seed is not None else None,
             )
-            seqs.append(Sequence(request_id, index, adapter, prompt, max_tokens, params, emit, stop, stream=stream))
+            seqs.append(
+                Sequence(request_id, index, adapter, prompt, max_tokens, params, emit, stop, stream=stream, constraint=constraint)
+            )
         return seqs
 
     async def _stream_events(self, body: dict[str, Any], adapter: str | None, request_id: str):
@@ -148,7 +166,8 @@ class HFEngine(Engine):
             loop.call_soon_threadsafe(queue.put_nowait, event)
 
         prompt = await self._prompt_for(body, adapter)
-        seqs = self._prepare(body, adapter, request_id, emit, stream=True, prompt=prompt)
+        constraint = await self._constraint(body, prompt)
+        seqs = self._prepare(body, adapter, request_id, emit, stream=True, prompt=prompt, constraint=constraint)
         self.scheduler.submit(seqs)
         return prompt, seqs, queue
 
@@ -178,7 +197,8 @@ class HFEngine(Engine):
         def emit(event: SequenceEvent) -> None:  # on the scheduler thread
             loop.call_soon_threadsafe(on_event, event)
 
-        seqs = self._prepare(body, adapter, request_id, emit, stream=False, prompt=prompt)
+        constraint = await self._constraint(body, prompt)
+        seqs = self._prepare(body, adapter, request_id, emit, stream=False, prompt=prompt, constraint=constraint)
         states = [ChoiceState(i) for i in range(len(seqs))]
         pending = len(seqs)
         self.scheduler.submit(seqs)

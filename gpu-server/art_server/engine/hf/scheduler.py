@@ -66,6 +66,8 @@ class Sequence:
     emit: Callable[[SequenceEvent], None]
     stop: list[str] = field(default_factory=list)
     stream: bool = True
+    # response_format: the token ids allowed after those generated so far (chat/structured.py)
+    constraint: Callable[[list[int]], list[int]] | None = None
     generated: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
@@ -87,6 +89,18 @@ class ModelRunner(Protocol):
     ) -> tuple[torch.Tensor, Any]: ...
 
     def decode(self, token_ids: list[int]) -> str: ...
+
+
+def _constrain(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+    """`logits` with the tokens a row's response_format does not allow next masked out."""
+    rows = [(row, seq.constraint) for row, seq in enumerate(seqs) if seq.constraint is not None]
+    if not rows:
+        return logits
+    mask = torch.zeros_like(logits)
+    for row, constraint in rows:
+        mask[row] = float("-inf")
+        mask[row, torch.tensor(constraint(seqs[row].generated), dtype=torch.long, device=logits.device)] = 0
+    return logits + mask
 
 
 class _Batch:
@@ -241,6 +255,7 @@ class BatchScheduler:
                 if self.threads:
                     torch.set_num_threads(self.threads)
                 logits = self._prefill(batch) if prefill else self._step(batch)
+                logits = _constrain(logits, batch.seqs)
                 rows = [s.params for s in batch.seqs]
                 sampled = sample(logits, rows, self.generator)
         except Exception as error:  # a failing forward must not kill the engine thread

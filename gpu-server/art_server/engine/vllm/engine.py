@@ -31,6 +31,7 @@ from collections.abc import AsyncGenerator, Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ...chat.structured import requested_schema
 from ...core.config import ServerConfig
 from ..base import Engine, EngineError
 from ..chat_frontend import ChatFrontend, ChatStream
@@ -130,6 +131,8 @@ class VLLMEngine(Engine):
             "return_tokens_as_token_ids": True,
             "stream": stream,
         }
+        if requested_schema(body) is not None:  # vLLM enforces it itself (its completions API takes the same field)
+            request["response_format"] = body["response_format"]
         for key in ("seed", "stop", "presence_penalty", "frequency_penalty"):
             if body.get(key) is not None:
                 request[key] = body[key]
