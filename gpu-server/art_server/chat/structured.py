@@ -30,8 +30,8 @@ class StructuredOutputError(ValueError):
 
 
 def requested_schema(body: dict[str, Any]) -> dict[str, Any] | None:
-    """The JSON schema a request's `response_format` asks for: `{}` for any JSON object (`json_object`),
-    None when the output is free text (no `response_format`, or `text`)."""
+    """The JSON schema a request's `response_format` asks for (`{"type": "object"}` for `json_object`),
+    or None when the output is free text (no `response_format`, or `text`)."""
     fmt = body.get("response_format")
     if not fmt or fmt.get("type") == "text":
         return None

