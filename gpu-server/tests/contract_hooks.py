@@ -95,10 +95,12 @@ def _enforceable_schema(response_format: Any) -> None:
 
 
 def _cap(fields: dict[str, Any], caps: dict[str, int]) -> None:
-    """Integers over their cap come down to it (values of another type are left to the schema)."""
+    """Integers over their cap come down to it, 968.0 too (the schema takes an integral number as an
+    integer); values of another type are left to the schema."""
     for key, cap in caps.items():
         value = fields.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > cap:
+        integral = isinstance(value, int | float) and not isinstance(value, bool) and float(value).is_integer()
+        if integral and value > cap:
             fields[key] = cap
 
 

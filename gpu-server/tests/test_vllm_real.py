@@ -149,6 +149,16 @@ def test_bad_requests_are_the_same_4xx_as_on_the_hf_engine(client, tmp_path):
     assert r.status_code == 400, r.text
 
 
+def test_response_format_is_passed_to_vllm_which_enforces_it(client):
+    import jsonschema
+    from test_real_model import ASK_FOR_TASKS, TASKS_FORMAT, TASKS_SCHEMA
+
+    r = chat(client, messages=ASK_FOR_TASKS, max_tokens=200, n=2, seed=1, response_format=TASKS_FORMAT)
+    for choice in r["choices"]:
+        assert choice["finish_reason"] == "stop", choice
+        jsonschema.validate(json.loads(choice["message"]["content"]), TASKS_SCHEMA)
+
+
 def test_sft_then_the_hot_loaded_step_answers_with_a_tool_call_parsed_by_the_server(client):
     call = {
         "role": "assistant",
@@ -364,13 +374,3 @@ def test_no_memory_for_the_kv_cache_is_one_configuration_line_and_exit_78(tmp_pa
     )
     assert line.startswith("art-server: configuration error: the vllm engine could not start:")
     assert "kv cache" in line and "--vllm-cpu-kv-cache-gib" in line
-
-
-def test_response_format_is_passed_to_vllm_which_enforces_it(client):
-    import jsonschema
-    from test_real_model import ASK_FOR_TASKS, TASKS_FORMAT, TASKS_SCHEMA
-
-    r = chat(client, messages=ASK_FOR_TASKS, max_tokens=200, n=2, seed=1, response_format=TASKS_FORMAT)
-    for choice in r["choices"]:
-        assert choice["finish_reason"] == "stop", choice
-        jsonschema.validate(json.loads(choice["message"]["content"]), TASKS_SCHEMA)
