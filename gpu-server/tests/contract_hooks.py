@@ -99,8 +99,7 @@ def _cap(fields: dict[str, Any], caps: dict[str, int]) -> None:
     integer); values of another type are left to the schema."""
     for key, cap in caps.items():
         value = fields.get(key)
-        integral = isinstance(value, int | float) and not isinstance(value, bool) and float(value).is_integer()
-        if integral and value > cap:
+        if isinstance(value, int | float) and not isinstance(value, bool) and float(value).is_integer() and value > cap:
             fields[key] = cap
 
 
