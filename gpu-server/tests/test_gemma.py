@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_real_model import TOOLS, forward_logprobs
+from test_real_model import SYSTEM, TOOLS, forward_logprobs, two_turn_group
 from transformers import AutoTokenizer
 
 from art_server.models.packaged import PACKAGED_MODELS, packaged_parts
@@ -26,7 +26,6 @@ pytestmark = pytest.mark.skipif(
     packaged_parts(PACKAGED_MODELS[MODEL]) is None,
     reason="Gemma 3's packages are not installed (not by default: its licence): `npm run setup -- --gemma` (npm test does)",
 )
-SYSTEM = {"role": "system", "content": "You are a concise assistant."}
 
 
 @pytest.fixture(scope="module")
@@ -173,18 +172,6 @@ def test_sft_teaches_the_tool_call_format_and_the_server_parses_the_calls(client
     group = [{**trajectory, "reward": 1.0}, {**trajectory, "reward": 0.0}]
     metrics = step(client, "gemma-tools", [group], learning_rate=1e-5)[-1]["metrics"]
     assert metrics["sequences"] == 2 and metrics["sequences_split"] == 0
-
-
-def two_turn_group(client, name: str, size: int) -> list[dict]:
-    first = [SYSTEM, {"role": "user", "content": "Name a fruit."}]
-    group = []
-    for i in range(size):
-        r1 = sample(client, name, first, 1, 8, seed=100 + i)
-        turn1 = choice_item(r1, r1["choices"][0])
-        follow = {"role": "user", "content": "And a vegetable?"}
-        r2 = sample(client, name, [*first, turn1["message"], follow], 1, 8, seed=200 + i)
-        group.append({"messages_and_choices": [*first, turn1, follow, choice_item(r2, r2["choices"][0])], "reward": float(i)})
-    return group
 
 
 def test_grpo_trains_two_turn_trajectories_into_a_plain_peft_adapter(client, gemma_path):
