@@ -68,7 +68,8 @@ export {
 // The notebook helpers: parameters, connecting, a turn, evaluation, charts and views, randomness, tags.
 export { notebookParams, ParameterError, type ParamValue, smokeRun } from "./notebook/params";
 export { type ConnectedBackend, connectBackend, type ConnectOptions } from "./notebook/connect";
-export { type ScriptedReply, takeTurn } from "./notebook/turn";
+export { type ScriptedReply, takeTurn, turnDemonstrations } from "./notebook/turn";
+export { warmStart } from "./notebook/warm-start";
 export { type EvalResult, type EvalSummary, evaluate, showComparison, summarize } from "./notebook/evaluate";
 export { type Interval95, interval95, studentT95, wilson95 } from "./notebook/interval";
 export { evalInterval, reportResults, type ReportOptions, type RunResults } from "./notebook/run-results";

@@ -33,6 +33,8 @@ export interface RunResults {
   baselines: Record<string, number>;
   /** True when the interval's lower end is above every baseline. */
   beatsEveryBaseline: boolean;
+  /** Each reference player's score (shown for scale, not a baseline to beat), by its label; absent when there are none. */
+  references?: Record<string, number>;
   /** Seconds from the parameters cell to this report. */
   wallSeconds: number;
   /** The CPU the notebook's kernel ran on, its core count and widest vector unit, e.g. `AMD EPYC (2 cores, AVX2)`. */
@@ -57,8 +59,14 @@ export interface ReportOptions {
   untrained: EvalResult;
   /** The trained model's evaluation, on the same games. */
   trained: EvalResult;
-  /** The scripted baselines' evaluations, on the same games. */
+  /** The scripted baselines' evaluations, on the same games: the trained agent should beat each. */
   baselines: readonly EvalResult[];
+  /**
+   * Scripted players shown for scale that the trained agent is not expected to beat, on the same
+   * games: the teacher of a warm start, an oracle that knows the answers. Listed in the table and
+   * the JSON, left out of the verdict.
+   */
+  references?: readonly EvalResult[];
   /** The notebook's seed. */
   seed: number;
   /** When the run began (`P.startedAt` of the parameters cell), for `wallSeconds`. */
@@ -126,15 +134,17 @@ export function reportResults(options: ReportOptions): RunResults {
   const trained = evalInterval(options.trained, metric, gameOf);
   const untrained = evalInterval(options.untrained, metric, gameOf);
   const baselines = options.baselines.map((b) => ({ label: b.label, interval: evalInterval(b, metric, gameOf) }));
+  const references = (options.references ?? []).map((r) => ({ label: r.label, interval: evalInterval(r, metric, gameOf) }));
   const beats = (score: number) => trained.low > score;
-  const row = (label: string, interval: Interval95, compared: boolean) => ({
+  const row = (label: string, interval: Interval95, compared: "yes" | "no" | "reference") => ({
     policy: label, [metric]: interval.mean, "95% low": interval.low, "95% high": interval.high,
-    ...(compared ? { "trained is above by more than its interval": beats(interval.mean) ? "yes" : "no" } : {}),
+    "trained is above by more than its interval": compared === "yes" ? (beats(interval.mean) ? "yes" : "no") : compared === "reference" ? "(reference)" : "",
   });
   showTable([
-    row(options.untrained.label, untrained, true),
-    ...baselines.map(({ label, interval }) => row(label, interval, true)),
-    row(options.trained.label, trained, false),
+    row(options.untrained.label, untrained, "yes"),
+    ...baselines.map(({ label, interval }) => row(label, interval, "yes")),
+    row(options.trained.label, trained, "no"),
+    ...references.map(({ label, interval }) => row(label, interval, "reference")),
   ]);
   const losing = baselines.filter(({ interval }) => !beats(interval.mean)).map(({ label, interval }) => `${label} ${fixed(interval.mean)}`);
   console.log(`trained ${metric} ${fixed(trained.mean)}, 95% interval ${fixed(trained.low)} to ${fixed(trained.high)} over ${trained.n} ${options.unit ?? "games"}: ` +
@@ -149,6 +159,7 @@ export function reportResults(options: ReportOptions): RunResults {
     intervalMethod: trained.method,
     baselines: Object.fromEntries(baselines.map(({ label, interval }) => [label, interval.mean])),
     beatsEveryBaseline: losing.length === 0,
+    ...(references.length ? { references: Object.fromEntries(references.map(({ label, interval }) => [label, interval.mean])) } : {}),
     wallSeconds: Math.round((Date.now() - options.startedAt) / 1000),
     machine: machineName(),
     ...(options.baseModel === undefined ? {} : { baseModel: options.baseModel }),

@@ -5,7 +5,7 @@
  * answer on the exact prompt it was sampled from) or a scripted player (a function).
  * @module
  */
-import type { ChatModel } from "../client/model";
+import type { ChatModel, Conversation } from "../client/model";
 import { ModelCallError } from "../core/errors";
 import type { Trajectory } from "../core/trajectory";
 
@@ -35,4 +35,20 @@ export async function takeTurn(trajectory: Trajectory, userContent: string, poli
   });
   trajectory.push(completion);
   return completion.choices[0]?.message.content ?? "";
+}
+
+/**
+ * A multi-turn game played with {@link takeTurn}, as SFT demonstrations: one conversation per
+ * answer, holding the system message, that turn's message and the answer, which is exactly what a
+ * model is asked on that turn. A scripted player's games become what a model learns to imitate.
+ */
+export function turnDemonstrations(trajectory: Trajectory): Conversation[] {
+  const messages = trajectory.messages();
+  const system = messages[0]?.role === "system" ? [messages[0]] : [];
+  const demonstrations: Conversation[] = [];
+  for (let k = system.length; k + 1 < messages.length; k++) {
+    const [user, answer] = [messages[k]!, messages[k + 1]!];
+    if (user.role === "user" && answer.role === "assistant") demonstrations.push({ messages: [...system, user, answer] });
+  }
+  return demonstrations;
 }

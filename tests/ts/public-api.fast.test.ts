@@ -21,7 +21,7 @@ const VALUES = [
   // notebook helpers and display
   "ParameterError", "connectBackend", "evaluate", "extractTag", "historyFigure", "notebookParams", "parseTagged", "plotHistory",
   "randomChoice", "randomInt", "rng", "showComparison", "showTrajectory", "showTrajectoryGroup", "shuffled", "smokeRun", "summarize",
-  "takeTurn", "evalInterval", "interval95", "reportResults", "studentT95", "wilson95", "trajectoryHtml", "trajectoryText",
+  "takeTurn", "turnDemonstrations", "warmStart", "evalInterval", "interval95", "reportResults", "studentT95", "wilson95", "trajectoryHtml", "trajectoryText",
   "DisplayHandle", "JUPYTER_DISPLAY", "ProgressLine", "clearOutput", "displayBundle", "inNotebook", "notice", "showPlotly",
   "showTable", "showsAs", "withRichView",
   // errors

@@ -24,8 +24,11 @@ import {
   TrainableModel,
   Trajectory,
   TrajectoryGroup,
+  takeTurn,
   trainLoop,
+  turnDemonstrations,
   UnauthorizedError,
+  warmStart,
 } from "../../../lib/index";
 import { judgeMessages, judgeRetryMessage } from "../../../lib/integrations/ruler";
 import { randomBoard, rng, rollout } from "../../../examples/toy-task";
@@ -185,6 +188,32 @@ describe("TrainableModel on a LocalBackend", () => {
       assert.equal(r.choices[0]?.message.content, a);
     }
     await assert.rejects(model.trainSft([{ messages: [{ role: "user", content: "x" }] }]), /conversation 0 has no assistant message/);
+  });
+
+  it("warmStart trains a scripted player's turns once, at step 0, and skips with a reason otherwise", async () => {
+    const model = new TrainableModel({ name: "warm", project: "client-tests", baseModel: "builtin:tiny" });
+    await model.register(backend);
+    const game = new Trajectory({ messagesAndChoices: [{ role: "system", content: "Name a cell." }] });
+    for (const [board, move] of [["board 1", "A1"], ["board 2", "B2"]]) await takeTurn(game, board!, () => move!, { maxTokens: 4, seed: 0 });
+    const demos = turnDemonstrations(game);
+    const lines: string[] = [];
+    const log = console.log;
+    console.log = (...args: unknown[]) => { lines.push(args.join(" ")); };
+    try {
+      assert.equal(await warmStart(model, [], { progress: false }), undefined);
+      const first = await warmStart(model, demos, { learningRate: 2e-2, epochs: 40, batchSize: 2, progress: false });
+      assert.equal(first?.step, 1);
+      assert.equal(await warmStart(model, demos, { progress: false }), undefined, "a second call does not train again");
+    } finally {
+      console.log = log;
+    }
+    assert.equal(await model.getStep(), 1);
+    assert.match(lines.join("\n"), /no demonstrations, so RL starts from the base model[\s\S]*2 demonstrations, loss [\d.]+, now at step 1[\s\S]*at step 1, it has trained already; skipped/);
+    for (const [board, move] of [["board 1", "A1"], ["board 2", "B2"]]) {
+      const r = await model.openai().chat.completions.create({ model: model.inferenceName(), temperature: 0, max_tokens: 4,
+        messages: [{ role: "system", content: "Name a cell." }, { role: "user", content: board! }] });
+      assert.equal(r.choices[0]?.message.content, move, "the model answers each turn as the scripted player did");
+    }
   });
 
   it("scores a group with a local judge, retrying once when it miscounts", async () => {

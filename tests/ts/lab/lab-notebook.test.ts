@@ -13,6 +13,7 @@ import { codeCell, editCell, errorOutputs, menu, promptOf, prompts, runAll, runC
 const COOKBOOK = ["tictactoe.ipynb", "2048.ipynb", "codenames.ipynb", "sft-then-rl.ipynb", "bring-your-own-agent.ipynb", "mcp-rl.ipynb"];
 const STEPS = 4; // tictactoe's training steps in this test (ART_STEPS), beside ART_SMOKE's small groups
 const EVAL_GAMES = 8; // tictactoe's evaluation games under ART_SMOKE
+const FIRST_RL_STEP = 1; // tictactoe's warm start (SFT) makes step 1; RL runs from there
 const SHOTS = path.join(ARTIFACTS, "screenshots");
 
 /** What the page drew for one chart: each trace's split, metric, kind and point count, and each y-axis's pixel span. */
@@ -141,8 +142,8 @@ describe("the cookbook in JupyterLab", () => {
       const partial = [...seen].filter((n) => n > 0 && n < STEPS);
       assert.ok(partial.length >= 2, `the page's chart did not move during training (point counts seen: ${[...seen].join(", ")})`);
       // The training cell says what runs before its chart has a point (the first evaluation).
-      assert.match([...progressBeforeChart].join("\n"), /training .*evaluating step 0: \d+\/\d+ rollouts/, "no progress of the first evaluation before the first chart point");
-      assert.match(await progressOf(page, training), new RegExp(`${STEPS}/${STEPS} .*step ${STEPS - 1} reward -?\\d\\.\\d{3}`));
+      assert.match([...progressBeforeChart].join("\n"), new RegExp(`training .*evaluating step ${FIRST_RL_STEP}: \\d+/\\d+ rollouts`), "no progress of the first evaluation before the first chart point");
+      assert.match(await progressOf(page, training), new RegExp(`${STEPS}/${STEPS} .*step ${FIRST_RL_STEP + STEPS - 1} reward -?\\d\\.\\d{3}`));
       // Parameters as written: a learning rate of 3e-4 must not read 0.000.
       const parameters = await codeCell(page, "notebookParams(").locator(".art-table").first().textContent() ?? "";
       assert.match(parameters, /learningRate\s*0\.000?[1-9]/, `the parameters table: ${parameters}`);
@@ -194,7 +195,7 @@ describe("the cookbook in JupyterLab", () => {
       const [again] = await chartsOfCell(page, training);
       assert.equal(points(again, "train", "reward"), 2 * STEPS, "the re-run continues the run: its chart holds both runs' steps");
       assert.match(await codeCell(page, training).locator(".js-plotly-plot .annotation-text").allTextContents().then((t) => t.join(" | ")),
-        new RegExp(`run from step ${STEPS} \\(\\d\\d:\\d\\d\\)`), "the re-run is not marked on the curve");
+        new RegExp(`run from step ${FIRST_RL_STEP + STEPS} \\(\\d\\d:\\d\\d\\)`), "the re-run is not marked on the curve");
       await trainingCell.locator(".js-plotly-plot").first().screenshot({ path: path.join(SHOTS, "lab-tictactoe-rerun.png") });
       await page.screenshot({ path: path.join(SHOTS, "lab-tictactoe.png") });
 

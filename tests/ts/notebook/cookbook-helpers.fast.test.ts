@@ -5,7 +5,7 @@ import { describe, it } from "node:test";
 import { z } from "zod";
 import fs from "node:fs";
 import path from "node:path";
-import { extractTag, notebookParams, ParameterError, parseTagged, randomChoice, randomInt, rng, shuffled, summarize, takeTurn, Trajectory } from "../../../lib/index";
+import { extractTag, notebookParams, ParameterError, parseTagged, randomChoice, randomInt, rng, shuffled, summarize, takeTurn, Trajectory, turnDemonstrations } from "../../../lib/index";
 import { tableText } from "../../../lib/display/table";
 import { nearestName } from "../../../lib/core/options";
 import { envName, PROJECT_VARIABLES } from "../../../lib/notebook/params";
@@ -134,5 +134,20 @@ describe("takeTurn", () => {
     assert.equal(reply, "<move>B2</move>");
     assert.deepEqual(t.messages(), [{ role: "system", content: "rules" }, { role: "user", content: "board 1" },
       { role: "assistant", content: "<move>B2</move>" }]);
+  });
+});
+
+describe("turnDemonstrations", () => {
+  it("makes one conversation per answer: the system message, that turn's message and the answer", async () => {
+    const t = new Trajectory({ messagesAndChoices: [{ role: "system", content: "rules" }] });
+    await takeTurn(t, "board 1", () => "B2", { maxTokens: 4, seed: 0 });
+    await takeTurn(t, "board 2", () => "A1", { maxTokens: 4, seed: 0 });
+    t.push({ role: "user", content: "you won" });  // a last message with no answer teaches nothing
+    assert.deepEqual(turnDemonstrations(t), [
+      { messages: [{ role: "system", content: "rules" }, { role: "user", content: "board 1" }, { role: "assistant", content: "B2" }] },
+      { messages: [{ role: "system", content: "rules" }, { role: "user", content: "board 2" }, { role: "assistant", content: "A1" }] },
+    ]);
+    const bare = new Trajectory({ messagesAndChoices: [{ role: "user", content: "q" }, { role: "assistant", content: "a" }] });
+    assert.deepEqual(turnDemonstrations(bare), [{ messages: [{ role: "user", content: "q" }, { role: "assistant", content: "a" }] }]);
   });
 });

@@ -81,6 +81,14 @@ describe("reportResults", () => {
     assert.equal(JSON.parse(fs.readFileSync(path.join(dir, "game.json"), "utf8")).trained, 56 / 64);
     assert.equal(JSON.parse(fs.readFileSync(path.join(dir, "game-seed1.json"), "utf8")).trained, 50 / 64);
   });
+  it("lists references (a teacher, an oracle) beside the baselines, outside the verdict", () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "art-results-"));
+    const written = reportResults({ ...options(dir, 50), references: [evalOf("scripted teacher", 60, 64)] });
+    assert.deepEqual(written.references, { "scripted teacher": 60 / 64 });
+    assert.deepEqual(written.baselines, { "random player": 30 / 64 });
+    assert.equal(written.beatsEveryBaseline, true, "a reference above the trained agent does not change the verdict");
+    assert.equal(reportResults(options(dir, 50)).references, undefined, "no references, no field");
+  });
   it("does not call a win within the interval a win", () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), "art-results-"));
     // 0.56 against 0.47: higher, but the interval's lower end (about 0.44) is not above 0.47
