@@ -136,14 +136,15 @@ export function reportResults(options: ReportOptions): RunResults {
   const baselines = options.baselines.map((b) => ({ label: b.label, interval: evalInterval(b, metric, gameOf) }));
   const references = (options.references ?? []).map((r) => ({ label: r.label, interval: evalInterval(r, metric, gameOf) }));
   const beats = (score: number) => trained.low > score;
-  const row = (label: string, interval: Interval95, compared: "yes" | "no" | "reference") => ({
+  // Compared rows say whether the trained agent clears them; the trained row and references do not.
+  const row = (label: string, interval: Interval95, kind: "compared" | "trained" | "reference") => ({
     policy: label, [metric]: interval.mean, "95% low": interval.low, "95% high": interval.high,
-    "trained is above by more than its interval": compared === "yes" ? (beats(interval.mean) ? "yes" : "no") : compared === "reference" ? "(reference)" : "",
+    "trained is above by more than its interval": kind === "compared" ? (beats(interval.mean) ? "yes" : "no") : kind === "reference" ? "(reference)" : "",
   });
   showTable([
-    row(options.untrained.label, untrained, "yes"),
-    ...baselines.map(({ label, interval }) => row(label, interval, "yes")),
-    row(options.trained.label, trained, "no"),
+    row(options.untrained.label, untrained, "compared"),
+    ...baselines.map(({ label, interval }) => row(label, interval, "compared")),
+    row(options.trained.label, trained, "trained"),
     ...references.map(({ label, interval }) => row(label, interval, "reference")),
   ]);
   const losing = baselines.filter(({ interval }) => !beats(interval.mean)).map(({ label, interval }) => `${label} ${fixed(interval.mean)}`);
