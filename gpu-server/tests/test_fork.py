@@ -85,6 +85,41 @@ def test_a_fork_without_a_step_takes_the_parents_latest_checkpoint(srv, trunk):
         assert greedy(c, "latest") == greedy(c, "trunk@2")
 
 
+CONVERSATIONS = [
+    {"messages": [{"role": "user", "content": "Pick a cell: A1, B2 or C3." * n}, {"role": "assistant", "content": cell}]}
+    for n, cell in ((1, "B2"), (3, "A1"), (2, "C3"), (5, "B2"))
+]
+
+
+@pytest.mark.parametrize("path", ["train", "train_sft"])
+def test_a_token_budget_cuts_the_passes_and_trains_exactly_what_one_row_per_pass_trains(srv, trunk, path):
+    """micro_batch_tokens bounds a pass's memory (trainer/micro_batches.py). A budget of 1 token
+    leaves one row per pass: the same passes, in the same order, as micro_batch_size 1, so the same
+    weights bit for bit from the same fork; without the budget the rows would share one pass and
+    the sums their order."""
+    data, config = (
+        (trunk, {"learning_rate": LR})
+        if path == "train"
+        else (CONVERSATIONS, {"learning_rate": LR, "epochs": 1, "batch_size": 4})
+    )
+    with srv.client() as c:
+        for name in (f"rows-{path}", f"tokens-{path}"):
+            assert register(c, name).status_code == 200
+            assert fork(c, name, from_model="trunk", not_after_step=1).status_code == 200
+        step(c, f"rows-{path}", data, path=path, micro_batch_size=1, **config)
+        step(c, f"tokens-{path}", data, path=path, micro_batch_tokens=1, **config)
+        one_pass = (
+            fork(c, f"whole-{path}", from_model="trunk", not_after_step=1)
+            if register(c, f"whole-{path}").status_code == 200
+            else None
+        )
+        assert one_pass is not None and one_pass.status_code == 200
+        step(c, f"whole-{path}", data, path=path, **config)
+    rows, tokens, whole = (weights_of(srv, PROJECT, f"{kind}-{path}", 2) for kind in ("rows", "tokens", "whole"))
+    assert same(rows, tokens)
+    assert not same(rows, whole)  # one pass of every row sums in another order: the test can tell
+
+
 def test_bad_forks_are_4xx_that_say_what_to_do_and_change_nothing(srv, trunk):
     with srv.client() as c:
         assert register(c, "target").status_code == 200

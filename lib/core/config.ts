@@ -45,6 +45,12 @@ export interface GrpoConfig {
   maxGradNorm?: number;
   /** Sequences per forward/backward pass, 1-4096 (default 16). */
   microBatchSize?: number;
+  /**
+   * Padded tokens per forward/backward pass (rows x the longest row; default 4096): bounds a pass's
+   * activation memory when sequences are long. A longer sequence gets a pass of its own. Memory
+   * only: the gradient is the same.
+   */
+  microBatchTokens?: number;
   /** Optimizer steps the batch is split into, 1-1000 (default 1). */
   gradientSteps?: number;
   /**
@@ -110,6 +116,7 @@ export const GrpoConfigSchema = z.object({
   importanceSampling: z.enum(["token", "sequence"]).optional(),
   maxGradNorm: z.number().gt(0).max(1e6).optional(),
   microBatchSize: z.number().int().min(1).max(4096).optional(),
+  microBatchTokens: z.number().int().min(1).max(1e8).optional(),
   gradientSteps: z.number().int().min(1).max(1000).optional(),
   temperature: z.number().gt(0).max(10).optional(),
   maxSequenceLength: z.number().int().min(1).max(1_048_576).optional(),
@@ -140,6 +147,12 @@ export interface SftConfig {
   maxGradNorm?: number;
   /** Sequences per forward/backward pass, 1-4096 (default 16). */
   microBatchSize?: number;
+  /**
+   * Padded tokens per forward/backward pass (rows x the longest row; default 4096): bounds a pass's
+   * activation memory when sequences are long. A longer sequence gets a pass of its own. Memory
+   * only: the gradient is the same.
+   */
+  microBatchTokens?: number;
   /** Shuffling seed (default 0). */
   seed?: number;
 }
@@ -154,6 +167,7 @@ export const SftConfigSchema = z.object({
   trainOn: z.enum(["allAssistant", "lastAssistant"]).optional(),
   maxGradNorm: z.number().gt(0).max(1e6).optional(),
   microBatchSize: z.number().int().min(1).max(4096).optional(),
+  microBatchTokens: z.number().int().min(1).max(1e8).optional(),
   seed: z.number().int().min(0).max(2 ** 32 - 1).optional(),
 }).strict();
 

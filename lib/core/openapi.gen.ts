@@ -529,6 +529,11 @@ export interface components {
              */
             micro_batch_size?: number;
             /**
+             * Micro Batch Tokens
+             * @default 4096
+             */
+            micro_batch_tokens?: number;
+            /**
              * Normalization Tokens
              * @default 1024
              */
@@ -734,6 +739,11 @@ export interface components {
              * @default 16
              */
             micro_batch_size?: number;
+            /**
+             * Micro Batch Tokens
+             * @default 4096
+             */
+            micro_batch_tokens?: number;
             /**
              * Schedule
              * @default cosine

@@ -23,6 +23,7 @@ from .guard import StepGuard
 from .logprobs import Batch, pad_batch, token_logprobs
 from .lora import LoraHost
 from .loss import group_advantages, grpo_token_loss, truncated_is_weights
+from .micro_batches import MICRO_BATCH_TOKENS, micro_batches
 from .parallel import DistributedSync, LocalSync, accumulate, padded
 from .sequences import (
     MissingTokens,
@@ -59,6 +60,8 @@ class GRPOConfig(BaseModel):
     importance_sampling: Literal["token", "sequence"] = "token"
     max_grad_norm: float = Field(default=1.0, gt=0, le=1e6, allow_inf_nan=False)
     micro_batch_size: WholeNumber = Field(default=16, ge=1, le=4096)
+    # Padded tokens per forward/backward pass (micro_batches.py): bounds a pass's activation memory.
+    micro_batch_tokens: WholeNumber = Field(default=MICRO_BATCH_TOKENS, ge=1, le=10**8)
     gradient_steps: WholeNumber = Field(default=1, ge=1, le=1000)
     # Overrides the temperature each turn is scored at (by default the one it was sampled with).
     temperature: float | None = Field(default=None, gt=0, le=10, allow_inf_nan=False)
@@ -298,21 +301,22 @@ def train_step(
         chunk_weights(chunk, config.length_normalization, config.normalization_tokens)
         for chunk in gradient_step_chunks(prepared.items, config.gradient_steps, prepared.seed)
     ]
+
     # This rank's share of each gradient step, with rows of the same prompt side by side: a micro-batch
     # then shares its prompt (run once, see logprobs.py) and holds rows of similar length (little
     # padding). The sum is order-free.
-    shares = [
-        sorted(sync.shard(chunk, lambda it: len(it.sequence.input_ids)), key=lambda it: it.sequence.input_ids) for chunk in chunks
-    ]
-    plan = [[share[i : i + config.micro_batch_size] for i in range(0, len(share), config.micro_batch_size)] for share in shares]
+    def length(item: TrainItem) -> int:
+        return len(item.sequence.input_ids)
+
+    def split(share: list[TrainItem]) -> list[list[TrainItem]]:
+        ordered = sorted(share, key=lambda it: it.sequence.input_ids)
+        return micro_batches(ordered, config.micro_batch_size, config.micro_batch_tokens, length)
+
+    plan = [split(sync.shard(chunk, length)) for chunk in chunks]
     real = [len(micros) for micros in plan]  # the rest, if any, are passes that train nothing, for lockstep ranks
     if sync.lockstep:
         plan = [
-            padded(
-                micros,
-                sync.most_micro_batches(chunk, lambda it: len(it.sequence.input_ids), config.micro_batch_size),
-                TrainItem(chunk[0].sequence, 0.0, 0.0),
-            )
+            padded(micros, sync.most_micro_batches(chunk, length, split), TrainItem(chunk[0].sequence, 0.0, 0.0))
             for micros, chunk in zip(plan, chunks)
         ]
     # A cancelled step stops between micro-batches; with a sharded base, only where the ranks meet

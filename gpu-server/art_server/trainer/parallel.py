@@ -21,7 +21,6 @@ single-process gradient up to float summation order.
 from __future__ import annotations
 
 import heapq
-import math
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -98,8 +97,10 @@ class LocalSync:
     def shard(self, items: Sequence[T], tokens: Callable[[T], int]) -> list[T]:
         return list(items)
 
-    def most_micro_batches(self, items: Sequence[T], tokens: Callable[[T], int], size: int) -> int:
-        return math.ceil(len(items) / size)
+    def most_micro_batches(
+        self, items: Sequence[T], tokens: Callable[[T], int], split: Callable[[list[T]], list[list[T]]]
+    ) -> int:
+        return len(split(list(items)))
 
     def step(
         self,
@@ -149,9 +150,11 @@ class DistributedSync:
     def shard(self, items: Sequence[T], tokens: Callable[[T], int]) -> list[T]:
         return shard_by_tokens(items, self.world, self.rank, tokens)
 
-    def most_micro_batches(self, items: Sequence[T], tokens: Callable[[T], int], size: int) -> int:
-        """The most micro-batches any rank has for `items` (each rank computes every rank's shard)."""
-        return max(math.ceil(len(shard_by_tokens(items, self.world, r, tokens)) / size) for r in range(self.world))
+    def most_micro_batches(
+        self, items: Sequence[T], tokens: Callable[[T], int], split: Callable[[list[T]], list[list[T]]]
+    ) -> int:
+        """The most micro-batches any rank has for `items`, cut by `split` (each rank computes every rank's shard)."""
+        return max(len(split(shard_by_tokens(items, self.world, r, tokens))) for r in range(self.world))
 
     def comm(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """A collective; its failure (gloo or NCCL raise RuntimeError) becomes RankLost."""

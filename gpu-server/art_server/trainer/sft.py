@@ -18,6 +18,7 @@ from ..core.json_types import WholeNumber
 from .guard import StepGuard
 from .logprobs import pad_batch, token_logprobs
 from .lora import LoraHost
+from .micro_batches import MICRO_BATCH_TOKENS, micro_batches
 from .parallel import DistributedSync, LocalSync, padded
 from .sequences import Sequence
 
@@ -34,6 +35,8 @@ class SFTConfig(BaseModel):
     train_on: Literal["all_assistant", "last_assistant"] = "all_assistant"
     max_grad_norm: float = Field(default=1.0, gt=0, le=1e6, allow_inf_nan=False)
     micro_batch_size: WholeNumber = Field(default=16, ge=1, le=4096)
+    # Padded tokens per forward/backward pass (micro_batches.py): bounds a pass's activation memory.
+    micro_batch_tokens: WholeNumber = Field(default=MICRO_BATCH_TOKENS, ge=1, le=10**8)
     seed: WholeNumber = Field(default=0, ge=0, le=2**32 - 1)
 
 
@@ -88,6 +91,14 @@ def train_sft(
     total = per_epoch * config.epochs
     losses: list[float] = []
     started = time.perf_counter()
+
+    def length(seq: Sequence) -> int:
+        return len(seq.input_ids)
+
+    def split(share: list[Sequence]) -> list[list[Sequence]]:
+        # sorted: micro-batches share prefixes and lengths (see grpo.train_step)
+        return micro_batches(sorted(share, key=lambda s: s.input_ids), config.micro_batch_size, config.micro_batch_tokens, length)
+
     tokens_total = 0
     step = 0
     for epoch in range(config.epochs):
@@ -96,16 +107,11 @@ def train_sft(
         for b in range(per_epoch):
             batch_seqs = [sequences[i] for i in order[b * config.batch_size : (b + 1) * config.batch_size]]
             tokens = sum(s.trained_tokens for s in batch_seqs)  # the whole batch's, on every rank
-            # This rank's share, sorted: micro-batches share prefixes and lengths (see grpo.train_step).
-            mine = sorted(sync.shard(batch_seqs, lambda s: len(s.input_ids)), key=lambda s: s.input_ids)
-            micros = [mine[i : i + config.micro_batch_size] for i in range(0, len(mine), config.micro_batch_size)]
+            # This rank's share, cut into micro-batches.
+            micros = split(sync.shard(batch_seqs, length))
             real = len(micros)  # the rest, if any, are passes that train nothing (weight 0), for lockstep ranks
             if sync.lockstep:
-                micros = padded(
-                    micros,
-                    sync.most_micro_batches(batch_seqs, lambda s: len(s.input_ids), config.micro_batch_size),
-                    batch_seqs[0],
-                )
+                micros = padded(micros, sync.most_micro_batches(batch_seqs, length, split), batch_seqs[0])
             lr = lr_at(step, total, config)
             for group in optimizer.param_groups if optimizer is not None else []:
                 group["lr"] = lr
