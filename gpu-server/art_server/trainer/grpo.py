@@ -23,7 +23,7 @@ from .guard import StepGuard
 from .logprobs import Batch, pad_batch, token_logprobs
 from .lora import LoraHost
 from .loss import group_advantages, grpo_token_loss, truncated_is_weights
-from .micro_batches import MICRO_BATCH_TOKENS, micro_batches
+from .micro_batches import MICRO_BATCH_TOKENS, prompt_ordered_micro_batches
 from .parallel import DistributedSync, LocalSync, accumulate, padded
 from .sequences import (
     MissingTokens,
@@ -302,15 +302,14 @@ def train_step(
         for chunk in gradient_step_chunks(prepared.items, config.gradient_steps, prepared.seed)
     ]
 
-    # This rank's share of each gradient step, with rows of the same prompt side by side: a micro-batch
-    # then shares its prompt (run once, see logprobs.py) and holds rows of similar length (little
-    # padding). The sum is order-free.
+    # This rank's share of each gradient step, cut into passes (micro_batches.py). The sum is order-free.
     def length(item: TrainItem) -> int:
         return len(item.sequence.input_ids)
 
     def split(share: list[TrainItem]) -> list[list[TrainItem]]:
-        ordered = sorted(share, key=lambda it: it.sequence.input_ids)
-        return micro_batches(ordered, config.micro_batch_size, config.micro_batch_tokens, length)
+        return prompt_ordered_micro_batches(
+            share, config.micro_batch_size, config.micro_batch_tokens, lambda it: it.sequence.input_ids
+        )
 
     plan = [split(sync.shard(chunk, length)) for chunk in chunks]
     real = [len(micros) for micros in plan]  # the rest, if any, are passes that train nothing, for lockstep ranks

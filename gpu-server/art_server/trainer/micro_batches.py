@@ -33,3 +33,11 @@ def micro_batches(items: Sequence[T], size: int, max_tokens: int, tokens: Callab
     if current:
         out.append(current)
     return out
+
+
+def prompt_ordered_micro_batches(
+    items: Sequence[T], size: int, max_tokens: int, token_ids: Callable[[T], list[int]]
+) -> list[list[T]]:
+    """`items` sorted by their token ids, then cut by `micro_batches`: rows of the same prompt side by
+    side, so a pass runs their shared prompt once (logprobs.py) and holds rows of similar length."""
+    return micro_batches(sorted(items, key=token_ids), size, max_tokens, lambda item: len(token_ids(item)))

@@ -18,7 +18,7 @@ from ..core.json_types import WholeNumber
 from .guard import StepGuard
 from .logprobs import pad_batch, token_logprobs
 from .lora import LoraHost
-from .micro_batches import MICRO_BATCH_TOKENS, micro_batches
+from .micro_batches import MICRO_BATCH_TOKENS, prompt_ordered_micro_batches
 from .parallel import DistributedSync, LocalSync, padded
 from .sequences import Sequence
 
@@ -96,8 +96,7 @@ def train_sft(
         return len(seq.input_ids)
 
     def split(share: list[Sequence]) -> list[list[Sequence]]:
-        # sorted: micro-batches share prefixes and lengths (see grpo.train_step)
-        return micro_batches(sorted(share, key=lambda s: s.input_ids), config.micro_batch_size, config.micro_batch_tokens, length)
+        return prompt_ordered_micro_batches(share, config.micro_batch_size, config.micro_batch_tokens, lambda s: s.input_ids)
 
     tokens_total = 0
     step = 0
