@@ -126,7 +126,7 @@ describe("the cookbook in JupyterLab", () => {
         const chart = (await chartsOfCell(page, training))[0];
         const n = points(chart, "train", "reward");
         // The warm start's SFT row is history already, so the chart may be drawn before RL's first point.
-        if (points(chart, "train", "reward") + points(chart, "val", "reward") === 0) progressBeforeChart.add(await progressOf(page, training));
+        if (n + points(chart, "val", "reward") === 0) progressBeforeChart.add(await progressOf(page, training));
         if (n > 0 && n < STEPS && !seen.has(n)) {
           // A picture for the artifacts only: the chart may be redrawn (replaced) while it is taken.
           const element = codeCell(page, training).locator(".js-plotly-plot").first();
