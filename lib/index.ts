@@ -50,6 +50,7 @@ export { trainLoop, type TrainLoopOptions, type TrainLoopResult } from "./notebo
 
 // History: a model's metrics, as rows and as a danfo DataFrame.
 export { type HistoryColumns, historyColumns, type HistoryFrame, historyFrame } from "./client/history-frame";
+export { type BestStep, bestStep } from "./client/best-step";
 
 // Capture: a rollout's calls through any OpenAI-compatible client, recorded into its trajectory.
 export { recordingFetch, type RecordingFetchOptions } from "./capture/recording-fetch";

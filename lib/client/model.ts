@@ -23,6 +23,7 @@ import { notice } from "../display/notice";
 import { ProgressLine } from "../display/progress-line";
 import type { Backend } from "./backend";
 import { DEFAULT_BASE_MODEL } from "./base-model";
+import { SplitMetricSchema } from "./best-step";
 import { currentCallScope, joinSignals, withCallScope } from "./call-scope";
 import { historyFrame, type HistoryFrame } from "./history-frame";
 
@@ -260,7 +261,7 @@ const LogOptionsSchema = z.object({
   step: z.number().int().min(0).optional(),
 }).strict();
 const DeleteCheckpointsOptionsSchema = z.object({
-  keepBestBy: z.string().regex(/^[A-Za-z0-9_.-]+\/[A-Za-z0-9_./-]+$/, "must be `split/metric`, e.g. `val/reward`").optional(),
+  keepBestBy: SplitMetricSchema.optional(),
 }).strict();
 
 /**

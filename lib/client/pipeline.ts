@@ -32,7 +32,10 @@ export interface PipelineOptions {
   scoreGroup?: (group: TrajectoryGroup) => void | Promise<void>;
   /** GRPO settings passed to `model.train`. */
   train?: Omit<TrainOptions, "progress" | "signal" | "staleGroupCounts" | "sampling" | "servePreviousDuringTraining">;
-  /** Every `every` steps (and after the last; and before the first at step 0), run `groups()` at that step and log them as `val`. */
+  /**
+   * Every `every` steps (and after the last; and before the first, unless the history has a `val` row
+   * at the starting step), run `groups()` at that step and log them as `val`.
+   */
   evaluate?: {
     /** Evaluate every this many steps. */
     every: number;
@@ -281,7 +284,11 @@ class PipelineRun {
       committedStep: this.first, stepsDone: 0, steps: options.steps, gathering: [], queued: [], training: null, evaluating: null,
       staleDropped: 0, staleRetried: 0,
     };
-    const initialEval = options.evaluate && this.first === 0 ? this.evaluate(0) : Promise.resolve();
+    // The curve starts where the run starts: step 0 of a fresh run, or the step a warm start (SFT)
+    // made, so it shows whether RL adds to it. A continued run was evaluated after its last step.
+    const startUnvalidated = options.evaluate !== undefined &&
+      (this.first === 0 || !(await this.model.historyRows()).some((r) => r.split === "val" && r.step === this.first));
+    const initialEval = startUnvalidated ? this.evaluate(this.first) : Promise.resolve();
     this.track(this.gatherStage(initialEval).catch((error: unknown) => this.fail(error)));
     try {
       await this.trainStage(initialEval);
@@ -305,7 +312,7 @@ class PipelineRun {
 
   /** The gathering stage: step i's groups start once the trainer is at most k steps behind them. */
   private async gatherStage(initialEval: Promise<void>): Promise<void> {
-    if (this.k === 0) await initialEval; // synchronous: step 0 is evaluated before its rollouts start
+    if (this.k === 0) await initialEval; // synchronous: the starting step is evaluated before its rollouts start
     for (let i = 0; i < this.options.steps; i++) {
       while (this.trainedBatches < i - this.k && !this.stopping) await this.movedSignal;
       if (this.stopping) break;

@@ -16,7 +16,7 @@ const VALUES = [
   "GatherError", "Trajectory", "TrajectoryGroup", "gatherTrajectories", "gatherTrajectoryGroups", "isSampledChoice", "retry",
   "trainLoop", "trainPipeline",
   // history, capture, integrations
-  "historyColumns", "historyFrame", "currentTrajectory", "recordingFetch",
+  "bestStep", "historyColumns", "historyFrame", "currentTrajectory", "recordingFetch",
   "DEFAULT_RUBRIC", "JudgeOutputError", "McpTools", "ScenarioGenerationError", "generateScenarios", "generatorMessages", "downloadFromHub", "pushToHub", "recordJudgeUsage", "rulerScoreGroup",
   // notebook helpers and display
   "ParameterError", "connectBackend", "evaluate", "extractTag", "historyFigure", "notebookParams", "parseTagged", "plotHistory",
@@ -38,7 +38,7 @@ const TYPES = [
   "MessageOrChoice", "MessageParam", "SampledChoice", "SamplingParams", "ToolParam", "TrajectoryInit", "TrajectorySource",
   "GatherOptions", "GatherProgress", "RetryOptions", "PipelineEvalEvent", "PipelineOptions", "PipelineResult", "PipelineState",
   "PipelineStepEvent", "PipelineTrainEvent", "StageProgress", "TrainingProgress", "TrainLoopOptions", "TrainLoopResult",
-  "HistoryColumns", "HistoryFrame", "RecordingFetchOptions", "RecordedRequest", "JudgeScores", "JudgeUsage", "RulerOptions", "TokenPricing",
+  "BestStep", "HistoryColumns", "HistoryFrame", "RecordingFetchOptions", "RecordedRequest", "JudgeScores", "JudgeUsage", "RulerOptions", "TokenPricing",
   "McpClientLike", "McpStdioOptions", "McpToolInfo", "McpToolResult", "GenerateScenariosOptions", "Scenario", "ScenarioProgress", "DownloadFromHubOptions", "PushToHubOptions",
   "PushToHubResult", "ParamValue", "ConnectOptions", "ConnectedBackend", "ScriptedReply", "EvalResult", "EvalSummary",
   "Interval95", "ReportOptions", "RunResults",

@@ -198,6 +198,20 @@ describe("trainPipeline", () => {
     assert.deepEqual(evaluated.map((e) => [...e.steps]), [[0], [1], [2], [3]], "an evaluation sampled another step than its own");
   });
 
+  it("a run that starts after a step trained outside it (a warm start) evaluates its starting step first; a continued run does not again",
+    { timeout: 120_000 }, async () => {
+    const model = await fresh("eval-start");
+    const board = randomBoard(rng(98));
+    const evalGroups = () => [new TrajectoryGroup(Array.from({ length: 4 }, (_, i) => () => rollout(model, board, 6000 + i)))];
+    await model.train(await gatherTrajectoryGroups(toyGroups(model, 14, 2, 4)(0), { progress: false }), { learningRate: 1e-2, progress: false });
+    const valSteps = async () => (await model.historyRows()).filter((r) => r.split === "val").map((r) => r.step);
+    const options = { model, steps: 2, groups: toyGroups(model, 15, 2, 4), train: { learningRate: 1e-2 }, evaluate: { every: 2, groups: evalGroups } };
+    await trainPipeline(options);
+    assert.deepEqual(await valSteps(), [1, 3], "the step the run started from, then the last");
+    await trainPipeline(options);
+    assert.deepEqual(await valSteps(), [1, 3, 5], "step 3 was evaluated by the run before");
+  });
+
   it("a stop (signal, rollout errors past maxExceptions, a closed backend) stops every stage at a committed step", { timeout: 180_000 }, () => named(async () => {
     // The signal, mid-run, from a trainLoop as a notebook's interrupt does; then the loop continues.
     const model = await fresh("stop-signal");
