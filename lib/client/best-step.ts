@@ -9,6 +9,14 @@ import type { HistoryRow } from "../core/results";
 /** `split/metric`, as `bestStep` and `model.deleteCheckpoints({ keepBestBy })` take it. */
 export const SplitMetricSchema = z.string().regex(/^[A-Za-z0-9_.-]+\/[A-Za-z0-9_./-]+$/, "must be `split/metric`, e.g. `val/reward`");
 
+const BestStepArgsSchema = z.object({ by: SplitMetricSchema }).strict();
+
+/** `val/win` -> `["val", "win"]`: the split is up to the first `/`, the metric the rest (it may hold `/`), as the server reads it. */
+export function splitMetric(by: string): [split: string, metric: string] {
+  const at = by.indexOf("/");
+  return [by.slice(0, at), by.slice(at + 1)];
+}
+
 /** The step {@link bestStep} picked, and its score. */
 export interface BestStep {
   /** The step (the checkpoint `name@step`) whose row scored highest. */
@@ -25,9 +33,8 @@ export interface BestStep {
  * scenarios, or the final score is a maximum over noisy measurements, not an estimate.
  */
 export function bestStep(rows: readonly HistoryRow[], by = "val/reward"): BestStep | undefined {
-  parseOptions("bestStep", z.object({ by: SplitMetricSchema }).strict(), { by });
-  const [split, ...rest] = by.split("/");
-  const metric = rest.join("/");
+  parseOptions("bestStep", BestStepArgsSchema, { by });
+  const [split, metric] = splitMetric(by);
   let best: BestStep | undefined;
   for (const row of rows) {
     if (row.split !== split) continue;

@@ -23,7 +23,7 @@ import { notice } from "../display/notice";
 import { ProgressLine } from "../display/progress-line";
 import type { Backend } from "./backend";
 import { DEFAULT_BASE_MODEL } from "./base-model";
-import { SplitMetricSchema } from "./best-step";
+import { SplitMetricSchema, splitMetric } from "./best-step";
 import { currentCallScope, joinSignals, withCallScope } from "./call-scope";
 import { historyFrame, type HistoryFrame } from "./history-frame";
 
@@ -487,9 +487,9 @@ export class TrainableModel implements ChatModel {
   /** Deletes every checkpoint but the latest and the best by `keepBestBy` (`split/metric`, default `val/reward`). */
   async deleteCheckpoints(options: { keepBestBy?: string } = {}): Promise<DeleteCheckpointsResult> {
     const { keepBestBy = "val/reward" } = parseOptions("model.deleteCheckpoints", DeleteCheckpointsOptionsSchema, options);
-    const [split, ...metric] = keepBestBy.split("/");
+    const [split, metric] = splitMetric(keepBestBy);
     const result = await this.backend.request("POST", `/v1/art/models/${encodeURIComponent(this.name)}/delete_checkpoints`,
-      DeleteCheckpointsWire, { keep_best_by: `${split}/${metricNameToWire(metric.join("/"))}` } satisfies DeleteCheckpointsBody);
+      DeleteCheckpointsWire, { keep_best_by: `${split}/${metricNameToWire(metric)}` } satisfies DeleteCheckpointsBody);
     return deleteCheckpointsFromWire(result);
   }
 
