@@ -100,7 +100,9 @@ def bench_ours(base_path: Path, data: list[dict], steps: int, dtype: str) -> dic
     from transformers import AutoModelForCausalLM
 
     from art_server.service.trainable import make_optimizer
-    from art_server.trainer.grpo import GRPOConfig, prepare, train_step
+    from art_server.trainer.grpo import train_step
+    from art_server.trainer.grpo_config import GRPOConfig
+    from art_server.trainer.grpo_prepare import prepare
     from art_server.trainer.lora import LoraHost, LoraSpec
 
     class Holder:

@@ -140,7 +140,9 @@ def serve(scheduler, vocab: int, concurrency: int, prompt_tokens: int, new_token
 def grpo_step(runner, lock, vocab: int, groups: int, size: int, prompt_tokens: int, new_tokens: int, device) -> dict:
     from peft import LoraConfig
 
-    from art_server.trainer.grpo import GRPOConfig, prepare, train_step
+    from art_server.trainer.grpo import train_step
+    from art_server.trainer.grpo_config import GRPOConfig
+    from art_server.trainer.grpo_prepare import prepare
     from art_server.trainer.lora import LoraHost
 
     host = LoraHost(runner, lock)

@@ -91,6 +91,18 @@ CONVERSATIONS = [
 ]
 
 
+def test_rl_on_a_fork_of_an_sft_step_starts_with_fresh_optimizer_moments(srv):
+    """The fork takes the parent's optimizer state and the kind of step it came from, so the first
+    RL step after a forked warm start resets it (service/optimizer_phase.py), as on the parent."""
+    with srv.client() as c:
+        assert register(c, "warm").status_code == 200
+        step(c, "warm", CONVERSATIONS, path="train_sft", learning_rate=1e-2, epochs=1, batch_size=4)
+        assert register(c, "from-warm").status_code == 200
+        assert fork(c, "from-warm", from_model="warm").status_code == 200
+        result = step(c, "from-warm", [group_of(c, "from-warm", [1.0, 0.0, 0.5, 0.0])], learning_rate=LR)[-1]
+        assert result["metrics"].get("optimizer_reset") is True, result["metrics"]
+
+
 @pytest.mark.parametrize("path", ["train", "train_sft"])
 def test_a_token_budget_cuts_the_passes_and_trains_exactly_what_one_row_per_pass_trains(srv, trunk, path):
     """micro_batch_tokens bounds a pass's memory (trainer/micro_batches.py). A budget of 1 token

@@ -141,27 +141,81 @@ def test_length_normalization_trajectory_token_and_constant_weigh_tokens_as_publ
     """A 2-token and a 6-token answer in one gradient step. "trajectory" (GRPO): each answer's tokens
     share 1/2, so a short answer's token weighs 3x a long one's; "token" (DAPO): every token 1/8;
     "constant" (Dr. GRPO): every token 1 / (2 trajectories x normalization_tokens), whatever the lengths."""
-    from art_server.trainer.grpo import GRPOConfig, chunk_weights, prepare
+    from art_server.trainer.grpo_config import GRPOConfig
+    from art_server.trainer.grpo_prepare import prepare
+    from art_server.trainer.grpo_weights import chunk_weights
 
-    items = prepare([[_answer(2, 1.0), _answer(6, 0.0)]], GRPOConfig(), 100).items
+    prepared = prepare([[_answer(2, 1.0), _answer(6, 0.0)]], GRPOConfig(), 100)
 
     def weights(mode: str, constant: int = 1024) -> dict[int, float]:
-        return {len(it.sequence.input_ids) - 2: it.weight for it in chunk_weights(items, mode, constant)}
+        return {len(it.sequence.input_ids) - 2: it.weight for it in chunk_weights(prepared.items, mode, constant, prepared)}
 
     assert weights("trajectory") == pytest.approx({2: 1 / 2 / 2, 6: 1 / 6 / 2})
     assert weights("token") == pytest.approx({2: 1 / 8, 6: 1 / 8})
     assert weights("constant", 10) == pytest.approx({2: 1 / 20, 6: 1 / 20})
     # Dr. GRPO's constant does not move with the step's lengths: longer answers, the same weight.
-    longer = prepare([[_answer(5, 1.0), _answer(9, 0.0)]], GRPOConfig(), 100).items
-    assert [it.weight for it in chunk_weights(longer, "constant", 10)] == pytest.approx([1 / 20, 1 / 20])
+    longer = prepare([[_answer(5, 1.0), _answer(9, 0.0)]], GRPOConfig(), 100)
+    assert [it.weight for it in chunk_weights(longer.items, "constant", 10, longer)] == pytest.approx([1 / 20, 1 / 20])
     with pytest.raises(ValueError, match="trajectory, token or constant"):
-        chunk_weights(items, "none", 10)
+        chunk_weights(prepared.items, "none", 10, prepared)
+
+
+def test_dr_grpos_divisor_is_the_batch_whatever_its_share_of_flat_groups_and_zero_advantages():
+    """Four groups of four answers of 3 tokens, normalization_tokens 10. With all four groups
+    informative, every token of "constant" weighs 1 / (16 trajectories x 10). With one informative
+    group and three flat ones (equal rewards: skipped, nothing to train) a token still weighs 1/160:
+    the divisor is the batch's 16 trajectories, not the 4 that train (it was 1/40, a 4x larger step).
+    Split into 2 gradient steps, each holds half the batch: 1 / (8 x 10)."""
+    from art_server.trainer.grpo_config import GRPOConfig
+    from art_server.trainer.grpo_prepare import prepare
+    from art_server.trainer.grpo_weights import chunk_weights, gradient_step_chunks
+
+    informative = [_answer(3, r) for r in (1.0, 0.0, 0.0, 0.5)]
+    flat = [_answer(3, 1.0) for _ in range(4)]
+    config = GRPOConfig(length_normalization="constant", normalization_tokens=10)
+
+    def token_weights(groups: list[list[dict]], gradient_steps: int = 1) -> set[float]:
+        p = prepare(groups, config, 100)
+        chunks = gradient_step_chunks(p.items, gradient_steps, 0)
+        return {round(it.weight, 12) for c in chunks for it in chunk_weights(c, "constant", 10, p, gradient_steps)}
+
+    assert token_weights([informative] * 4) == {round(1 / 160, 12)}
+    assert token_weights([informative, flat, flat, flat]) == {round(1 / 160, 12)}
+    assert token_weights([informative, informative, flat, flat], gradient_steps=2) == {round(1 / 80, 12)}
+    # Dr. GRPO also removes the division by the group's reward std: by default under "constant" only.
+    rewards = [1.0, 0.0, 0.0, 0.5]
+    unscaled = [it.advantage for it in prepare([informative], config, 100).items]
+    assert unscaled == pytest.approx([r - 0.375 for r in rewards])
+    assert [it.advantage for it in prepare([informative], GRPOConfig(), 100).items] == pytest.approx(
+        group_advantages(rewards, True)
+    )
+    scaled = GRPOConfig(length_normalization="constant", scale_rewards=True)
+    assert [it.advantage for it in prepare([informative], scaled, 100).items] == pytest.approx(group_advantages(rewards, True))
+
+
+def test_zero_advantage_answers_count_in_their_groups_divisor_and_train_only_under_a_kl_penalty():
+    """Rewards 1, 0, 0.5 (mean 0.5): the third answer's advantage is 0. It trains nothing without a KL
+    penalty (no pass), but it is one of the group's 3 answers: "trajectory" weighs each of the others'
+    tokens 1 / (its tokens x 3), GRPO's 1/G, and "token" divides by all 9 tokens, DAPO's token mean.
+    With kl_coef > 0 it runs, for its KL term."""
+    from art_server.trainer.grpo_config import GRPOConfig
+    from art_server.trainer.grpo_prepare import prepare
+    from art_server.trainer.grpo_weights import chunk_weights
+
+    group = [[_answer(2, 1.0), _answer(3, 0.0), _answer(4, 0.5)]]
+    p = prepare(group, GRPOConfig(), 100)
+    assert [it.sequence.trained_tokens for it in p.items] == [2, 3] and p.trajectories_trained == 2
+    assert [it.weight for it in chunk_weights(p.items, "trajectory", 1, p)] == pytest.approx([1 / (2 * 3), 1 / (3 * 3)])
+    assert [it.weight for it in chunk_weights(p.items, "token", 1, p)] == pytest.approx([1 / 9, 1 / 9])
+    with_kl = prepare(group, GRPOConfig(kl_coef=0.1), 100)
+    assert [it.sequence.trained_tokens for it in with_kl.items] == [2, 3, 4] and with_kl.items[2].advantage == 0
+    assert [it.weight for it in chunk_weights(with_kl.items, "token", 1, with_kl)] == pytest.approx([1 / 9] * 3)
 
 
 def test_the_old_name_none_is_refused_with_what_to_say_instead():
     from pydantic import ValidationError
 
-    from art_server.trainer.grpo import GRPOConfig as GRPOConfigIn
+    from art_server.trainer.grpo_config import GRPOConfig as GRPOConfigIn
 
     with pytest.raises(ValidationError, match=r'now "token".*"constant"'):
         GRPOConfigIn.model_validate({"length_normalization": "none"})
@@ -173,7 +227,9 @@ def test_the_old_name_none_is_refused_with_what_to_say_instead():
 def test_gradient_steps_hold_whole_groups_in_an_order_fixed_by_the_step():
     """Advantages are relative within a group, so a gradient step takes all of a group's trajectories;
     the order of groups is shuffled by the step (the same on every rank and retry, another next step)."""
-    from art_server.trainer.grpo import GRPOConfig, gradient_step_chunks, prepare
+    from art_server.trainer.grpo_config import GRPOConfig
+    from art_server.trainer.grpo_prepare import prepare
+    from art_server.trainer.grpo_weights import gradient_step_chunks
 
     groups = [[_answer(2 + g, 1.0), _answer(3 + g, 0.0), _answer(4 + g, 0.25)] for g in range(6)]
     items = prepare(groups, GRPOConfig(), 100, step=7).items
@@ -189,7 +245,7 @@ def test_gradient_steps_hold_whole_groups_in_an_order_fixed_by_the_step():
 
 
 def test_sequence_ratios_clip_at_gspo_defaults_and_given_eps_win():
-    from art_server.trainer.grpo import GRPOConfig
+    from art_server.trainer.grpo_config import GRPOConfig
 
     assert GRPOConfig().clip_range == (0.2, 0.28)
     assert GRPOConfig(importance_sampling="sequence").clip_range == (3e-4, 4e-4)
@@ -219,7 +275,8 @@ def test_policy_lag_is_measured_per_trained_token_and_groups_past_max_steps_off_
     """Each sampled turn says the step that sampled it (art_policy_step): a step reports how far behind
     its trained tokens are, and with max_steps_off_policy a group with any turn further behind is
     skipped as "stale" (turns without a step, e.g. hand-built ones, are not measured)."""
-    from art_server.trainer.grpo import GRPOConfig, prepare
+    from art_server.trainer.grpo_config import GRPOConfig
+    from art_server.trainer.grpo_prepare import prepare
 
     def turn(n: int, step: int | None) -> dict:
         return {

@@ -23,7 +23,9 @@ import math
 import pytest
 import torch
 
-from art_server.trainer.grpo import GRPOConfig, chunk_weights, prepare
+from art_server.trainer.grpo_config import GRPOConfig
+from art_server.trainer.grpo_prepare import prepare
+from art_server.trainer.grpo_weights import chunk_weights
 from art_server.trainer.loss import LossTerms, group_advantages, grpo_token_loss, truncated_is_weights
 
 pytestmark = pytest.mark.fast  # no server process (docs/development.md#tiers)
@@ -65,14 +67,18 @@ def test_the_advantages_and_the_weights_of_the_example():
         turn = {"kind": "choice", "prompt_token_ids": [1, 2], "token_ids": list(range(3, 3 + n)), "logprobs": [-0.7] * n}
         return {"reward": reward, "messages_and_choices": [turn]}
 
-    items = prepare([[answer(2, 1.0), answer(1, 0.0), answer(1, 0.0)]], GRPOConfig(), 100).items
+    prepared = prepare([[answer(2, 1.0), answer(1, 0.0), answer(1, 0.0)]], GRPOConfig(), 100)
 
     def per_token(mode: str, constant: int = 1) -> list[float]:
-        return [it.weight for it in chunk_weights(items, mode, constant) for _ in range(it.sequence.trained_tokens)]
+        weighted = chunk_weights(prepared.items, mode, constant, prepared)
+        return [it.weight for it in weighted for _ in range(it.sequence.trained_tokens)]
 
     assert per_token("trajectory") == pytest.approx(WEIGHTS)
     assert per_token("token") == pytest.approx([1 / 4] * 4)
     assert per_token("constant", 4) == pytest.approx([1 / 12] * 4)  # 1 / (3 trajectories x 4)
+    # Dr. GRPO's advantages are unscaled by default (its published form): 2/3, -1/3, -1/3.
+    dr = prepare([[answer(2, 1.0), answer(1, 0.0), answer(1, 0.0)]], GRPOConfig(length_normalization="constant"), 100)
+    assert [it.advantage for it in dr.items] == pytest.approx([2 / 3, -1 / 3, -1 / 3], abs=1e-12)
 
 
 def test_ppo_per_token():

@@ -7,7 +7,7 @@ import random
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from in_process import Holder
 
 from art_server.core.distribution import SamplingParams
 from art_server.trainer import logprobs
@@ -15,12 +15,6 @@ from art_server.trainer.lora import LoraHost, LoraSpec
 from art_server.trainer.sequences import Sequence
 
 pytestmark = pytest.mark.fast  # no server process (docs/development.md#tiers)
-
-
-class Holder:
-    def __init__(self, path):
-        self.device = torch.device("cpu")
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
 
 
 # The turns of a micro-batch may each have been sampled otherwise (each is scored as it was).
@@ -51,7 +45,7 @@ def logprobs_and_grads(host: LoraHost, seqs: list[Sequence]) -> tuple[torch.Tens
     host.model.zero_grad(set_to_none=True)
     host.activate("s")
     batch = logprobs.pad_batch(seqs, 0, host.device)
-    lp, entropy = logprobs.token_logprobs(host.model, batch, with_entropy=True)
+    lp, entropy, _ = logprobs.token_logprobs(host.model, batch, with_entropy=True)
     (lp * torch.linspace(0.5, 1.5, len(lp))).sum().backward()
     assert entropy is not None and entropy.shape == lp.shape and bool(torch.isfinite(entropy).all())
     assert bool(torch.isfinite(lp).all())  # a random token outside a row's top-k still scores finitely (kept)

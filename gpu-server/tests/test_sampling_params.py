@@ -1,11 +1,14 @@
-"""Every sampled turn trains at the sampling parameters it was drawn with.
+"""Every sampled turn trains at the sampling parameters it was drawn with, and nothing else shapes
+what is sampled.
 
-The server records them on each choice (`art_sampling`: temperature, top_p, top_k, the engine), on
-all three APIs, beside the choice's provenance tag; the trainer scores each turn under that
-turn's own distribution (temperature, then top-k/top-p truncation, core/distribution.py). So on an fp32
-model the first update's trainer/sampler gap is rounding, whatever the rollouts were sampled with
-and without `temperature` given to train. Before this, one step trained without `temperature`
-measured gaps of 0.84 (rollouts at 0.6), 0.32 (1.4) and 0.33 (0.8, top_p 0.9)."""
+The server records them on each choice (`art_sampling`: temperature, top_p, top_k, min_p, whether
+response_format constrained it, the engine), on all three APIs, beside the choice's provenance tag;
+the trainer scores each turn under that turn's own distribution (temperature, then min-p, top-k and
+top-p truncation, core/distribution.py). So on an fp32 model the first update's trainer/sampler gap is
+rounding, whatever the rollouts were sampled with and without `temperature` given to train. Before
+this, one step trained without `temperature` measured gaps of 0.84 (rollouts at 0.6), 0.32 (1.4)
+and 0.33 (0.8, top_p 0.9). What the trainer cannot score (penalties, logit biases, banned words) is a
+400 naming it, and a base model's generation_config.json adds nothing behind the trainer's back."""
 
 from __future__ import annotations
 
@@ -23,7 +26,10 @@ CASES = {
     "temperature 0.8, top_p 0.9": {"temperature": 0.8, "top_p": 0.9},
     "top_k 5": {"top_k": 5},
     "temperature 0.7, top_p 0.8, top_k 20": {"temperature": 0.7, "top_p": 0.8, "top_k": 20},
+    "min_p 0.05": {"min_p": 0.05},
+    "temperature 0.9, min_p 0.02, top_p 0.95": {"temperature": 0.9, "min_p": 0.02, "top_p": 0.95},
 }
+NEUTRAL = {"min_p": 0.0, "constrained": False}  # what a choice records of parameters its request left out
 
 
 def rollouts(client, model: str, seed: int, **params) -> list[list[dict]]:
@@ -49,13 +55,17 @@ def register(client, name: str) -> None:
 
 def test_every_api_records_the_sampling_parameters_of_each_choice(client):
     params = {"temperature": 0.7, "top_p": 0.9}
-    recorded = {"temperature": 0.7, "top_p": 0.9, "top_k": 0, "engine": "hf"}
+    recorded = {"temperature": 0.7, "top_p": 0.9, "top_k": 0, **NEUTRAL, "engine": "hf"}
     chat = sample(client, "builtin:tiny", PROMPTS[0], 2, 4, seed=1, temperature=0.7)
     assert [c["art_sampling"] for c in chat["choices"]] == [{**recorded, "top_p": 1.0}] * 2
     chat = client.post("/v1/chat/completions", json={"model": "builtin:tiny", "messages": PROMPTS[0], "max_tokens": 4, **params})
     assert chat.json()["choices"][0]["art_sampling"] == recorded
     plain = client.post("/v1/chat/completions", json={"model": "builtin:tiny", "messages": PROMPTS[0], "max_tokens": 2})
-    assert plain.json()["choices"][0]["art_sampling"] == {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "engine": "hf"}
+    assert plain.json()["choices"][0]["art_sampling"] == {"temperature": 1.0, "top_p": 1.0, "top_k": 0, **NEUTRAL, "engine": "hf"}
+    min_p = client.post(
+        "/v1/chat/completions", json={"model": "builtin:tiny", "messages": PROMPTS[0], "max_tokens": 2, "min_p": 0.1}
+    )
+    assert min_p.json()["choices"][0]["art_sampling"]["min_p"] == 0.1
     greedy = client.post(
         "/v1/chat/completions", json={"model": "builtin:tiny", "messages": PROMPTS[0], "max_tokens": 2, "temperature": 0}
     )
@@ -153,3 +163,103 @@ def test_truncated_sampling_is_scored_truncated_measured_against_the_full_distri
     )
     assert truncated["sampler_logprob_diff_mean"] < 1e-4 and abs(truncated["sampler_weight_mean"] - 1) < 1e-4, truncated
     assert full["sampler_logprob_diff_mean"] > 0.05 and full["sampler_weight_mean"] < 0.97, full
+
+
+UNSCORED_REQUESTS = {
+    "repetition_penalty": 1.3,
+    "frequency_penalty": 0.5,
+    "presence_penalty": -0.2,
+    "logit_bias": {"5": 3.0},
+    "min_tokens": 4,
+    "bad_words": ["sea"],
+    "allowed_token_ids": [1, 2, 3],
+    "guided_json": {"type": "object"},
+}
+
+
+@pytest.mark.parametrize("field", list(UNSCORED_REQUESTS))
+def test_a_parameter_the_trainer_cannot_score_is_a_400_that_names_it_on_every_api(client, field):
+    """On the hf engine `repetition_penalty` was accepted and silently ignored (an extra field), and
+    vLLM would apply it: either way a turn would train against a distribution nobody sampled from."""
+    value = UNSCORED_REQUESTS[field]
+    body = {"model": "builtin:tiny", "messages": PROMPTS[0], "max_tokens": 2, field: value}
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert field in message and "not supported" in message and "trainer does not score" in message, message
+    # The Responses and Messages APIs have no such fields: a 400 naming it, too.
+    for path, make in (("/v1/responses", responses_body), ("/v1/messages", messages_body)):
+        r = client.post(path, json=make("builtin:tiny", **{field: value}))
+        assert r.status_code == 400 and field in r.text, (path, r.text)
+
+
+def test_neutral_values_of_those_parameters_are_accepted(client):
+    body = {
+        "model": "builtin:tiny",
+        "messages": PROMPTS[0],
+        "max_tokens": 2,
+        "repetition_penalty": 1.0,
+        "frequency_penalty": 0,
+        "presence_penalty": 0.0,
+        "logit_bias": {},
+        "min_tokens": 0,
+    }
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+
+
+@pytest.fixture(scope="module")
+def penalised(tmp_path_factory, tiny_path):
+    """builtin:tiny as a folder whose generation_config.json asks for what Qwen2.5's does and more:
+    a repetition penalty, a lower temperature, top-k and min-p."""
+    import shutil
+
+    from conftest import start_server
+
+    folder = tmp_path_factory.mktemp("penalised") / "tiny-penalised"
+    shutil.copytree(tiny_path, folder)
+    config = json.loads((folder / "generation_config.json").read_text())
+    config.update({"repetition_penalty": 1.3, "temperature": 0.5, "top_k": 20, "min_p": 0.1, "do_sample": True})
+    (folder / "generation_config.json").write_text(json.dumps(config))
+    srv = start_server(tmp_path_factory.mktemp("penalised-data"), "--base-model", str(folder))
+    yield srv, str(folder)
+    srv.stop()
+
+
+def test_a_base_models_generation_config_adds_nothing_to_what_is_sampled_or_scored(penalised):
+    """The hf engine's sampler never read generation_config.json; the server says at start what the
+    file suggests and that it is not applied, and a default request samples (and records) the neutral
+    distribution, which the first update scores exactly. (The vllm engine's counterpart, where vLLM
+    applied the file by default: test_vllm_real.py.)"""
+    srv, folder = penalised
+    said = [line for line in srv.stderr_lines if "generation_config.json suggests" in line]
+    assert len(said) == 1 and "repetition_penalty 1.3" in said[0] and "does not apply" in said[0], srv.stderr_lines[-20:]
+    with srv.client() as c:
+        r = c.post("/v1/art/models/register", json={"name": "p", "project": "sampling", "base_model": folder})
+        assert r.status_code == 200, r.text
+        groups = rollouts(c, "p", seed=2)
+        assert {json.dumps(t["messages_and_choices"][-1]["art_sampling"]) for g in groups for t in g} == {
+            json.dumps({"temperature": 1.0, "top_p": 1.0, "top_k": 0, **NEUTRAL, "engine": "hf"})
+        }
+        metrics = step(c, "p", groups, learning_rate=1e-9)[-1]["metrics"]
+    print(f"\nhf, generation_config with penalties: gap {metrics['sampler_logprob_diff_mean']:.2e}")
+    assert metrics["sampler_logprob_diff_mean"] < 1e-4, metrics
+
+
+def test_constrained_choices_are_marked_and_refused_by_the_trainer_unless_asked_for(client):
+    """response_format's schema is enforced token by token, so a constrained choice's logprobs are of
+    the constrained distribution; the trainer scores the unconstrained model. Such choices say so
+    (art_sampling.constrained) and a step refuses them with a 400 naming the option; with it, they
+    train with a warning."""
+    register(client, "constrained")
+    groups = rollouts(client, "constrained", seed=9, response_format={"type": "json_object"})
+    assert all(t["messages_and_choices"][-1]["art_sampling"]["constrained"] for g in groups for t in g)
+    body = {"groups": groups, "config": {"learning_rate": 1e-9}}
+    r = client.post("/v1/art/models/constrained/train", json=body)
+    assert r.status_code == 400, r.text
+    assert "response_format" in r.text and "allow_constrained_choices" in r.text
+    assert client.get("/v1/art/models/constrained").json()["step"] == 0  # nothing trained
+    lines = step(client, "constrained", groups, learning_rate=1e-9, allow_constrained_choices=True)
+    warnings = [line["message"] for line in lines if line["type"] == "warning"]
+    assert any("trained against the unconstrained model" in w for w in warnings), warnings
+    assert lines[-1]["step"] == 1

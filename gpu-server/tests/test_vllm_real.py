@@ -41,9 +41,30 @@ WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
 pytestmark = pytest.mark.needs("vllm")
 
 
+# What Qwen2.5's generation_config.json does and more: vLLM applies such defaults unless told not to.
+PENALTIES = {"repetition_penalty": 1.3, "temperature": 0.7, "top_k": 20, "top_p": 0.8, "min_p": 0.05}
+
+
+def penalised_hub_cache(root: Path, smol_path: Path) -> Path:
+    """A Hugging Face cache holding SmolLM2 as a user's download would (resolve.py finds it before the
+    packaged GGUF), its generation_config.json with PENALTIES added; the weights are links."""
+    snapshot = root / "models--HuggingFaceTB--SmolLM2-135M-Instruct" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (root / "models--HuggingFaceTB--SmolLM2-135M-Instruct" / "refs").mkdir()
+    (root / "models--HuggingFaceTB--SmolLM2-135M-Instruct" / "refs" / "main").write_text("0" * 40)
+    for file in smol_path.iterdir():
+        if file.name != "generation_config.json":
+            (snapshot / file.name).symlink_to(file.resolve())
+    config = {**json.loads((smol_path / "generation_config.json").read_text()), **PENALTIES}
+    (snapshot / "generation_config.json").write_text(json.dumps(config))
+    return root
+
+
 @pytest.fixture(scope="module")
-def vllm(tmp_path_factory):
-    # Started through a fault: the port picked for vLLM is taken before vLLM binds it.
+def vllm(tmp_path_factory, smol_path):
+    # Started through a fault: the port picked for vLLM is taken before vLLM binds it. The base model
+    # comes from a cache whose generation_config.json asks for penalties (none may reach vLLM).
+    cache = penalised_hub_cache(tmp_path_factory.mktemp("hub"), smol_path)
     srv = start_server(
         tmp_path_factory.mktemp("vllm-real"),
         "--engine",
@@ -52,7 +73,7 @@ def vllm(tmp_path_factory):
         MODEL,
         "--dtype",
         "float32",
-        env={"ART_FAULT": "vllm_port_taken"},
+        env={"ART_FAULT": "vllm_port_taken", "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"},
         timeout=600,
     )
     yield srv
@@ -103,6 +124,38 @@ def test_the_server_runs_vllms_cpu_build(client, vllm):
     assert "reserved_cpus=[]" in (vllm.data_dir / "logs" / "vllm.log").read_text()
     stats = client.get("/v1/engine/stats").json()
     assert stats["engine"] == "vllm" and stats["device"] == "cpu" and stats["url"].startswith("http://127.0.0.1:")
+
+
+def test_the_base_models_generation_config_reaches_neither_vllm_nor_the_trainer(client, vllm):
+    """vLLM applies a model's generation_config.json as sampling defaults unless started with
+    --generation-config vllm: a repetition penalty of 1.3 from it measured a trainer/sampler gap of
+    0.35 per token at temperature 1. The engine starts vLLM with neutral defaults and sends every
+    value that shapes the distribution; the server names what the file suggests and does not apply."""
+    said = [line for line in vllm.stderr_lines if "generation_config.json suggests" in line]
+    assert said and "repetition_penalty 1.3" in said[0], vllm.stderr_lines[-20:]
+    log = (vllm.data_dir / "logs" / "vllm.log").read_text()
+    assert "--generation-config vllm" in " ".join(vllm.stderr_lines) or "generation_config='vllm'" in log
+    assert "Default vLLM sampling parameters have been overridden" not in log
+    assert (
+        client.post("/v1/art/models/register", json={"name": "plain", "project": "vllm", "base_model": MODEL}).status_code == 200
+    )
+    out = sample(client, "plain", PROMPT, 8, 8, seed=8)
+    assert out["choices"][0]["art_sampling"] == {
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "min_p": 0.0,
+        "constrained": False,
+        "engine": "vllm",
+    }
+    group = [
+        {"messages_and_choices": [*PROMPT, choice_item(out, ch)], "reward": float(i % 2)} for i, ch in enumerate(out["choices"])
+    ]
+    metrics = step(client, "plain", [group], learning_rate=1e-9)[-1]["metrics"]
+    print(f"vLLM fp32, generation_config with penalties: mean |diff| {metrics['sampler_logprob_diff_mean']:.2e}")
+    assert metrics["sampler_logprob_diff_mean"] < 1e-4, metrics
+    r = client.post("/v1/chat/completions", json={"model": MODEL, "messages": PROMPT, "max_tokens": 3, "repetition_penalty": 1.1})
+    assert r.status_code == 400 and "repetition_penalty" in r.json()["error"]["message"]
 
 
 def test_json_answers_carry_the_servers_prompt_ids_token_ids_and_logprobs(client, tokenizer):
@@ -221,17 +274,17 @@ def test_a_grpo_step_on_vllms_samples_matches_its_logprobs_and_serves_the_new_st
 
 def test_turns_vllm_sampled_with_temperature_and_truncation_train_as_sampled(client):
     """vLLM returns each token's logprob under the processed distribution (--logprobs-mode
-    processed_logprobs: after temperature, top-k and top-p); the trainer scores each turn under the
+    processed_logprobs: after temperature, min-p, top-k and top-p); the trainer scores each turn under the
     same distribution from its recorded art_sampling, with no temperature given to train."""
     assert (
         client.post("/v1/art/models/register", json={"name": "truncated", "project": "vllm", "base_model": MODEL}).status_code
         == 200
     )
-    params = {"temperature": 0.7, "top_p": 0.9, "top_k": 20}
+    params = {"temperature": 0.7, "top_p": 0.9, "top_k": 20, "min_p": 0.02}
     out = client.post(
         "/v1/chat/completions", json={"model": "truncated", "messages": PROMPT, "n": 6, "max_tokens": 6, "seed": 4, **params}
     ).json()
-    assert out["choices"][0]["art_sampling"] == {**params, "engine": "vllm"}
+    assert out["choices"][0]["art_sampling"] == {**params, "constrained": False, "engine": "vllm"}
     group = [
         {"messages_and_choices": [*PROMPT, choice_item(out, ch)], "reward": float(i % 2)} for i, ch in enumerate(out["choices"])
     ]

@@ -46,6 +46,7 @@ def main() -> None:
     p.add_argument("--max-loras", type=int, default=1)
     p.add_argument("--enable-sleep-mode", action="store_true")
     p.add_argument("--logprobs-mode", default="raw_logprobs")
+    p.add_argument("--generation-config", default="auto")  # the engine passes "vllm": neutral defaults
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     args = p.parse_args()
     if args.logprobs_mode != "processed_logprobs":

@@ -598,16 +598,17 @@ function toWireGroups(groups: TrajectoryGroup[], need: "sampled" | "or plain ass
     if (!group.trajectories.length) {
       throw new BadTrajectoryError(`group ${g} has no finished trajectories${group.exceptions.length ? ` (${group.exceptions.length} rollouts threw)` : ""}`);
     }
-    return group.trajectories.map((t, i) => {
-      const label = `group ${g}, trajectory ${i}`;
-      if (need && !t.choices().length) {
-        const answered = t.messages().some((m) => m.role === "assistant");
-        if (need === "sampled" || !answered) {
-          throw new BadTrajectoryError(`${label} has no sampled choices: push the completions from model.openai() into it` +
-            (answered ? ", or train its plain assistant messages with allowTrainingWithoutLogprobs: true (scored by the policy at the step's start)" : ""));
-        }
-      }
-      return t.toWire(label);
-    });
+    // A trajectory that cannot train (its agent never sampled) still counts in its group's baseline:
+    // its reward is sent, and the others' advantages are taken against it. A group of nothing but
+    // such trajectories is a mistake (completions not pushed): refused, naming the first.
+    const trains = (t: Trajectory) => t.choices().length > 0 ||
+      (need === "or plain assistant messages" && t.messages().some((m) => m.role === "assistant"));
+    if (need && !group.trajectories.some(trains)) {
+      const t = group.trajectories[0]!;
+      const answered = t.messages().some((m) => m.role === "assistant");
+      throw new BadTrajectoryError(`group ${g}, trajectory 0 has no sampled choices (nor has any other of its group): push the completions from model.openai() into it` +
+        (answered && need === "sampled" ? ", or train its plain assistant messages with allowTrainingWithoutLogprobs: true (scored by the policy at the step's start)" : ""));
+    }
+    return group.trajectories.map((t, i) => t.toWire(`group ${g}, trajectory ${i}`));
   });
 }

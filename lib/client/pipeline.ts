@@ -349,10 +349,13 @@ class PipelineRun {
       const groups = await this.freshGroups(gathered, state.committedStep, counts);
       if (this.stopping) break;
       const reward = meanReward(groups);
-      // A trajectory without sampled tokens (its agent never got to act) has nothing to train on;
-      // it counts in the step's reward above and is left out of training.
-      for (const group of groups) group.trajectories = group.trajectories.filter((t) => t.choices().length > 0);
-      const trainable = groups.filter((g) => g.trajectories.length > 0);
+      // A trajectory without sampled tokens (its agent never got to act) has nothing to train on, but
+      // its reward stays in its group's baseline: the server trains the others against it. A group
+      // with nothing to train at all is not sent (plain assistant messages train with
+      // allowTrainingWithoutLogprobs).
+      const plain = options.train?.allowTrainingWithoutLogprobs === true;
+      const trainable = groups.filter((g) => g.trajectories.some((t) =>
+        t.choices().length > 0 || (plain && t.messages().some((m) => m.role === "assistant"))));
       const result = trainable.length ? await this.trainStep(step, trainable, this.sampling[i], counts) : null;
       if (result) state.committedStep = result.step;
       state.stepsDone = i + 1;

@@ -11,7 +11,12 @@ export interface LoraConfig {
   r?: number;
   /** Scaling alpha, 1-4096 (default 16). */
   alpha?: number;
-  /** Dropout, 0 to below 1 (default 0). */
+  /**
+   * Dropout on the adapter's input, 0 to below 1 (default 0): active in the trainer's gradient passes
+   * (SFT and RL), never in serving or the trainer's scoring passes. In RL the gradient pass is then
+   * noisier than the policy it is compared with (one clean pass per micro-batch), so ratios start
+   * off 1: keep 0 unless SFT overfits.
+   */
   dropout?: number;
   /** Module names to adapt (default every attention and MLP projection). */
   targetModules?: string[];
@@ -37,7 +42,10 @@ export interface GrpoConfig {
   epsHigh?: number;
   /** Weight of the KL penalty to the base model, 0-100 (default 0: none). */
   klCoef?: number;
-  /** Divide advantages by the group's reward standard deviation (default true). */
+  /**
+   * Divide advantages by the group's reward standard deviation (default true, except with
+   * `lengthNormalization: "constant"`: Dr. GRPO as published leaves the division out).
+   */
   scaleRewards?: boolean;
   /** Importance ratio per `token` (default) or per `sequence` (GSPO). */
   importanceSampling?: "token" | "sequence";
@@ -71,11 +79,13 @@ export interface GrpoConfig {
   /** The truncation of `tis`'s per-token weight, 1 to 1e6 (default 2). */
   samplerCorrectionCap?: number;
   /**
-   * How a gradient step's token losses are summed. `trajectory` (default, GRPO): a mean over
-   * trajectories of each one's token mean, so a long answer's tokens each count less. `token`
-   * (DAPO): a mean over all the step's tokens, every token alike. `constant` (Dr. GRPO as published,
-   * with `scaleRewards: false`): divided by trajectories x `normalizationTokens`, a constant of the
-   * configuration, so neither an answer's length nor the step's changes a token's weight.
+   * How a gradient step's token losses are summed. `trajectory` (default, GRPO): a mean over the
+   * trajectories of the step's groups (zero-advantage ones included, GRPO's 1/G) of each one's token
+   * mean, so a long answer's tokens each count less. `token` (DAPO): a mean over all the tokens of
+   * the step's groups, every token alike. `constant` (Dr. GRPO as published, advantages unscaled by
+   * default): divided by the batch's trajectories per gradient step (flat groups included) x
+   * `normalizationTokens`, so neither an answer's length nor the share of flat groups changes a
+   * token's weight.
    */
   lengthNormalization?: "trajectory" | "token" | "constant";
   /** The constant of `lengthNormalization: "constant"` (Dr. GRPO's maximum completion length; default 1024). */
@@ -100,6 +110,20 @@ export interface GrpoConfig {
    * `unsampledTrajectoriesTrained`.
    */
   allowTrainingWithoutLogprobs?: boolean;
+  /**
+   * Train turns sampled under `response_format` (a JSON schema enforced token by token; their
+   * `sampling.constrained` is true). Their logprobs are of the constrained distribution and the
+   * trainer scores the unconstrained model, so by default a step with them is refused (a 400 naming
+   * this option); set it to train them anyway, with the sampler correction weighing them down where
+   * the constraint acted. Default false.
+   */
+  allowConstrainedChoices?: boolean;
+  /**
+   * Start this step with fresh optimizer moments. Default: only when the model's previous step was
+   * of the other kind (the first RL step after SFT), since Adam's moments from a warm start point
+   * along SFT's gradient and shrink RL's first updates; `true` always, `false` never.
+   */
+  resetOptimizer?: boolean;
 }
 
 /** @deprecated The former name of {@link GrpoConfig}; it will be removed in a later release. */
@@ -127,6 +151,8 @@ export const GrpoConfigSchema = z.object({
   klRefStep: z.number().int().min(0).max(1e9).optional(),
   maxStepsOffPolicy: z.number().int().min(0).max(1e6).optional(),
   allowTrainingWithoutLogprobs: z.boolean().optional(),
+  allowConstrainedChoices: z.boolean().optional(),
+  resetOptimizer: z.boolean().optional(),
 }).strict();
 
 /** SFT settings of one step (the server's defaults apply to what is left out). */
@@ -155,6 +181,11 @@ export interface SftConfig {
   microBatchTokens?: number;
   /** Shuffling seed (default 0). */
   seed?: number;
+  /**
+   * Start this step with fresh optimizer moments. Default: only when the model's previous step was
+   * RL (Adam's moments from RL would steer SFT's first updates); `true` always, `false` never.
+   */
+  resetOptimizer?: boolean;
 }
 
 /** @internal The zod schema that checks a {@link SftConfig} (the interface documents each field). */
@@ -169,6 +200,7 @@ export const SftConfigSchema = z.object({
   microBatchSize: z.number().int().min(1).max(4096).optional(),
   microBatchTokens: z.number().int().min(1).max(1e8).optional(),
   seed: z.number().int().min(0).max(2 ** 32 - 1).optional(),
+  resetOptimizer: z.boolean().optional(),
 }).strict();
 
 // The interfaces document each field; these lines keep the schemas and the interfaces in step.

@@ -19,8 +19,8 @@ const SERVER_NAMES = [
   "tokenize_s", "forward_backward_s", "save_s", "reload_s", "sleep_s", "wake_s", "step_s", "sampling_s",
   "gpu_cost_per_hour_usd", "cost_usd", "judge_calls", "judge_prompt_tokens", "judge_completion_tokens", "judge_cost_usd",
   "sampler_logprob_diff_mean", "sampler_logprob_diff_max", "importance_ratio_mean", "importance_ratio_max",
-  "sampler_weight_mean", "trainer_tokens_per_second", "sampling_tokens_per_second", "policy_lag_min", "policy_lag_mean", "policy_lag_max", "groups_dropped_stale", "groups_retried_stale",
-  "unsampled_trajectories_trained",
+  "sampler_weight_mean", "trainer_tokens_per_second", "trainer_tokens", "sampling_tokens_per_second", "policy_lag_min", "policy_lag_mean", "policy_lag_max", "groups_dropped_stale", "groups_retried_stale",
+  "unsampled_trajectories_trained", "optimizer_reset", "truncated_stand_ins",
   // reasons in groups_skipped_by_reason
   "equal_rewards", "missing_tokens", "too_long", "too_small", "stale",
 ] as const;
@@ -81,12 +81,12 @@ export function deleteCheckpointsFromWire(result: DeleteCheckpointsWire): Delete
 
 /** A sampled choice's recorded sampling parameters, from the server. */
 export function samplingFromWire(s: SamplingWire): SamplingParams {
-  return { temperature: s.temperature, topP: s.top_p, topK: s.top_k, engine: s.engine };
+  return { temperature: s.temperature, topP: s.top_p, topK: s.top_k, minP: s.min_p ?? 0, constrained: s.constrained ?? false, engine: s.engine };
 }
 
 /** Sampling parameters as the server recorded them, to send back with the choice. */
 export function samplingToWire(s: SamplingParams): SamplingWire {
-  return { temperature: s.temperature, top_p: s.topP, top_k: s.topK, engine: s.engine };
+  return { temperature: s.temperature, top_p: s.topP, top_k: s.topK, min_p: s.minP, constrained: s.constrained, engine: s.engine };
 }
 
 /** Keys to snake_case: the config objects' fields are all the server's names. */

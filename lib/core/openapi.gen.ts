@@ -337,6 +337,8 @@ export interface components {
             max_tokens?: number | null;
             /** Messages */
             messages: components["schemas"]["ChatMessage"][];
+            /** Min P */
+            min_p?: number | null;
             /** Model */
             model: string;
             /**
@@ -346,6 +348,8 @@ export interface components {
             n?: number;
             /** Presence Penalty */
             presence_penalty?: 0 | null;
+            /** Repetition Penalty */
+            repetition_penalty?: 1 | null;
             response_format?: components["schemas"]["ResponseFormat"] | null;
             /** Return Token Ids */
             return_token_ids?: boolean | null;
@@ -471,6 +475,11 @@ export interface components {
          */
         GRPOConfig: {
             /**
+             * Allow Constrained Choices
+             * @default false
+             */
+            allow_constrained_choices?: boolean;
+            /**
              * Allow Training Without Logprobs
              * @default false
              */
@@ -538,6 +547,8 @@ export interface components {
              * @default 1024
              */
             normalization_tokens?: number;
+            /** Reset Optimizer */
+            reset_optimizer?: boolean | null;
             /**
              * Sampler Correction
              * @default tis
@@ -549,11 +560,8 @@ export interface components {
              * @default 2
              */
             sampler_correction_cap?: number;
-            /**
-             * Scale Rewards
-             * @default true
-             */
-            scale_rewards?: boolean;
+            /** Scale Rewards */
+            scale_rewards?: boolean | null;
             /** Temperature */
             temperature?: number | null;
         };
@@ -744,6 +752,8 @@ export interface components {
              * @default 4096
              */
             micro_batch_tokens?: number;
+            /** Reset Optimizer */
+            reset_optimizer?: boolean | null;
             /**
              * Schedule
              * @default cosine
@@ -812,8 +822,18 @@ export interface components {
          * The sampling parameters a choice was drawn with, as the server records them (`art_sampling`).
          */
         SamplingIn: {
+            /**
+             * Constrained
+             * @default false
+             */
+            constrained?: boolean;
             /** Engine */
             engine: string;
+            /**
+             * Min P
+             * @default 0
+             */
+            min_p?: number;
             /** Temperature */
             temperature: number;
             /** Top K */

@@ -56,8 +56,14 @@ export interface StepMetrics {
   importanceRatioMean?: number;
   /** The largest such ratio of one token (beyond `1 + epsHigh` it was clipped). */
   importanceRatioMax?: number;
-  /** Tokens the trainer's passes ran per second (prompts and completions, without padding). */
+  /**
+   * Tokens the trainer's passes ran per second (prompts and completions, without padding): every
+   * pass, the gradient passes and those without a gradient (the KL reference's, the start-of-step
+   * logprobs of later gradient steps, truncated tokens' kept sets).
+   */
   trainerTokensPerSecond?: number;
+  /** Tokens the trainer's passes ran (what `trainerTokensPerSecond` divides). */
+  trainerTokens?: number;
   /** Completion tokens the step's rollouts sampled per second of their gathering (measured by `trainLoop`/`trainPipeline`). */
   samplingTokensPerSecond?: number;
   /** Mean truncated importance weight of `samplerCorrection: "tis"` (1: the sampler agreed; 1 without it). */
@@ -111,6 +117,16 @@ export interface StepMetrics {
   costUsd?: number;
   /** Trajectories of plain assistant messages the step trained (`allowTrainingWithoutLogprobs`). */
   unsampledTrajectoriesTrained?: number;
+  /**
+   * True when the step started with fresh optimizer moments (`resetOptimizer`; by default the first
+   * step after a step of the other kind, e.g. the first RL step after SFT).
+   */
+  optimizerReset?: boolean;
+  /**
+   * Truncated tokens (top-p, top-k, min-p) sampled by an earlier step whose checkpoint was gone, so
+   * their kept sets were the policy's at the step's start instead of their sampler's (approximate).
+   */
+  truncatedStandIns?: number;
   /** Judge calls made for the step's (or the logged) groups: {@link rulerScoreGroup}'s, or any recorded with `recordJudgeUsage`. */
   judgeCalls?: number;
   /** Their prompt tokens, as the judge reported them. */

@@ -82,6 +82,10 @@ export const SamplingWire = z.object({
   temperature: z.number().min(0),
   top_p: z.number().gt(0).max(1),
   top_k: z.number().int().min(0),
+  /** Absent from servers before min-p was recorded (0: off). */
+  min_p: z.number().min(0).max(1).optional(),
+  /** response_format constrained the choice (absent: it did not). */
+  constrained: z.boolean().optional(),
   engine: z.string(),
 });
 export type SamplingWire = z.infer<typeof SamplingWire>;

@@ -12,9 +12,10 @@ from pydantic.json_schema import JsonDict
 
 from ..chat.structured import check_schema
 from ..core.bounds import MAX_PRICE_PER_HOUR, MAX_REPORTED_TRAJECTORIES, MAX_TOKEN_ID, MAX_TOKENS_PER_SEQUENCE
+from ..core.distribution import unscored_fields, unscored_message
 from ..core.json_types import INTEGRAL, WholeNumber
 from ..core.names import ADAPTER_PATTERN, NAME_PATTERN, RESERVED_PROJECTS
-from ..trainer.grpo import GRPOConfig
+from ..trainer.grpo_config import GRPOConfig
 from ..trainer.lora import LoraSpec
 from ..trainer.sft import SFTConfig
 
@@ -131,9 +132,10 @@ class StreamOptions(_Open):
 
 
 _STOP_LIST: JsonDict = {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 16}
-_ZERO_OR_NULL: JsonDict = {
-    "anyOf": [{"const": 0}, {"type": "null"}]
-}  # sampling penalties would change the distribution the trainer needs
+# Sampling penalties would change the distribution the trainer needs (core/distribution.UNSCORED):
+# only their neutral values are accepted.
+_ZERO_OR_NULL: JsonDict = {"anyOf": [{"const": 0}, {"type": "null"}]}
+_ONE_OR_NULL: JsonDict = {"anyOf": [{"const": 1}, {"type": "null"}]}
 
 
 _JSON_SCHEMA_FORMAT: JsonDict = {
@@ -197,6 +199,8 @@ class ChatCompletionRequest(_Open):
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: Annotated[int, Field(ge=-1, le=MAX_TOKEN_ID), INTEGRAL] | None = None
+    # vLLM's min-p: tokens below min_p x the likeliest token's probability are dropped (scored exactly).
+    min_p: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
     max_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS_PER_SEQUENCE), INTEGRAL] | None = None
     max_completion_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS_PER_SEQUENCE), INTEGRAL] | None = None
     stop: str | list[str] | None = Field(
@@ -212,6 +216,7 @@ class ChatCompletionRequest(_Open):
     return_token_ids: bool | None = None
     frequency_penalty: float | None = Field(None, json_schema_extra=_ZERO_OR_NULL)
     presence_penalty: float | None = Field(None, json_schema_extra=_ZERO_OR_NULL)
+    repetition_penalty: float | None = Field(None, json_schema_extra=_ONE_OR_NULL)
     logit_bias: dict[str, float] | None = Field(None, json_schema_extra={"maxProperties": 0})
 
     model_config = ConfigDict(
@@ -233,11 +238,9 @@ class ChatCompletionRequest(_Open):
     def _check_combinations(self) -> ChatCompletionRequest:
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs: true")
-        for name in ("frequency_penalty", "presence_penalty"):
-            if getattr(self, name):
-                raise ValueError(f"{name} is not supported (it would change the sampled distribution the trainer needs)")
-        if self.logit_bias:
-            raise ValueError("logit_bias is not supported")
+        unscored = unscored_fields({**self.__dict__, **(self.__pydantic_extra__ or {})})
+        if unscored:
+            raise ValueError(unscored_message(unscored))
         if isinstance(self.tool_choice, dict) or self.tool_choice == "required":
             raise ValueError("tool_choice supports 'auto' and 'none'")
         return self
@@ -310,6 +313,9 @@ class SamplingIn(BaseModel):
     temperature: float = Field(ge=0, le=10, allow_inf_nan=False)
     top_p: float = Field(gt=0, le=1, allow_inf_nan=False)
     top_k: WholeNumber = Field(ge=0, le=MAX_TOKEN_ID)
+    min_p: float = Field(default=0.0, ge=0, le=1, allow_inf_nan=False)  # absent from older servers: 0
+    # response_format constrained the choice (the trainer refuses it unless allow_constrained_choices)
+    constrained: bool = False
     engine: str = Field(min_length=1, max_length=32)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from ..store import checkpoints as ckpt
 from ..store.fork import build_fork
 from ..store.layout import ModelPaths
+from .optimizer_phase import recorded_phase
 from .trainable import RegistrationError, TrainableModel, make_optimizer, read_meta
 from .training import TrainingService
 
@@ -114,6 +115,8 @@ async def _take_over(service: TrainingService, model: TrainableModel, step: int,
         if state is not None:
             optimizer.load_state_dict(state)
         model.optimizer = optimizer
+        # The moments came from the parent's step of this kind: the next step of the other kind resets them.
+        model.optimizer_phase = recorded_phase(ckpt.load_state(folder))
 
     await asyncio.to_thread(load)
     service.drop_reference(model)

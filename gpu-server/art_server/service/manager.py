@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.config import ServerConfig
+from ..core.distribution import generation_defaults, generation_defaults_notice
 from ..core.names import NameError_, adapter_key, split_adapter_name
 from ..core.provenance import Provenance, base_fingerprint, server_identity
 from ..engine.base import Engine, EngineError
@@ -69,6 +70,9 @@ class ModelManager:
 
             resolved = await asyncio.to_thread(resolve_base_model, name, self.config.data_dir, self.config.model_cache)
             log.info("base model %s: loading from %s", name, resolved.describe())
+            defaults = generation_defaults(resolved.path)
+            if defaults:
+                log.warning("%s", generation_defaults_notice(name, defaults))
             self.engine = await create_engine(self.config, name, resolved.path)
             self.base_model = name
             self.base_path = resolved.path

@@ -26,6 +26,7 @@ from ..core.faults import fail_once
 from ..engine.base import Engine
 from ..store.history import append_row, link_step_trajectories, trajectory_rows
 from ..trainer.guard import Snapshot, StepGuard, restore, take_snapshot
+from .optimizer_phase import reset, starts_fresh
 from .trainable import TrainableModel, save_step
 
 if TYPE_CHECKING:
@@ -51,6 +52,8 @@ class StepPlan:
     trajectories: list[list[dict[str, Any]]] | None = None  # GRPO's groups, stored with the checkpoint
     started: float = field(default_factory=time.perf_counter)  # when the step's own work began (perf_counter)
     price: float | None = None  # US dollars per hour of the machine: the row's cost_usd
+    phase: str = "grpo"  # the step's kind, for the optimizer's phase (optimizer_phase.py)
+    reset_optimizer: bool | None = None  # the step's option (None: reset when the phase changes)
 
 
 class StepTransaction:
@@ -113,6 +116,9 @@ class StepTransaction:
                 plan.metrics["skip_details"] = plan.details[:10]
             self.lines.put_nowait({"type": "warning", "message": plan.reason, "details": plan.details[:10]})
             return
+        if starts_fresh(self.model.optimizer_phase, plan.phase, plan.reset_optimizer):
+            reset(self.model.optimizer)  # after the snapshot: a rolled-back step restores the old moments
+            plan.metrics["optimizer_reset"] = True
         loop = asyncio.get_running_loop()
 
         def send(line: dict[str, Any]) -> None:  # from the worker thread
@@ -130,7 +136,8 @@ class StepTransaction:
         plan.row.update({**plan.metrics, "trained_into_step": self.new_step, **plan.timings})
         self.save_started = time.perf_counter()
         kind = "train" if plan.trainable else "untrained"
-        state = {"kind": kind, "metrics": plain(plan.metrics), "history_row": plain(plan.row)}
+        phase = plan.phase if plan.trainable else self.model.optimizer_phase
+        state = {"kind": kind, "metrics": plain(plan.metrics), "history_row": plain(plan.row), "optimizer_phase": phase}
         rows = trajectory_rows(plan.trajectories) if plan.trajectories is not None else None
         await asyncio.to_thread(self._save, state, rows)
         self.committed = True
@@ -149,6 +156,8 @@ class StepTransaction:
         fail_once("exit_after_publish")
         timings["save_s"] = time.perf_counter() - self.save_started
         model.step = step
+        if self.plan.trainable:
+            model.optimizer_phase = self.plan.phase
         if self.slept:
             started = time.perf_counter()
             await self.engine.wake()

@@ -20,6 +20,7 @@ from ..store.fork import finish_fork
 from ..store.history import drop_history_after, restore_history_rows, restore_step_trajectories
 from ..store.layout import ModelPaths
 from ..trainer.lora import LoraHost, LoraSpec
+from .optimizer_phase import recorded_phase
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,8 @@ class TrainableModel:
     # completes there; the next step waits for it.
     worker: asyncio.Task | None = None
     forked_from: dict[str, Any] | None = None  # project, name and step of the checkpoint it was forked from
+    # The kind of step ("sft", "grpo") that last updated the optimizer (optimizer_phase.py); None: none yet.
+    optimizer_phase: str | None = None
     reporters: list[Any] = field(default_factory=list)  # report/reporter.py: one per tracker (service/reporting.py)
 
     def info(self) -> dict[str, Any]:
@@ -105,6 +108,7 @@ def register(
         host.delete_slot(slot)  # a failed registration leaves no LoRA slot behind
         raise
     model = TrainableModel(name, project, base_model, lora, paths, slot, optimizer, step)
+    model.optimizer_phase = recorded_phase(ckpt.load_state(paths.checkpoint(step))) if resumed else None
     model.forked_from = (meta or {}).get("forked_from")
     model.gate.set()
     return model, resumed

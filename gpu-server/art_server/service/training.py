@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from ..chat.turn_end import end_of_turn_ids, generation_eos
 from ..core.names import adapter_key
 from ..core.provenance import check_groups
 from ..engine.base import Engine
@@ -35,7 +36,10 @@ from ..store.history import (
     read_history,
     write_trajectories,
 )
-from ..trainer.grpo import GRPOConfig, nothing_trained_reason, prepare, train_step
+from ..trainer.grpo import train_step
+from ..trainer.grpo_config import GRPOConfig
+from ..trainer.grpo_prepare import nothing_trained_reason, prepare
+from ..trainer.grpo_start import stand_in_notice
 from ..trainer.lora import LoraHost, LoraSpec
 from ..trainer.ranks import RankPlan, RankPool
 from ..trainer.sequences import not_append_only_notice
@@ -43,6 +47,7 @@ from ..trainer.sft import SFTConfig, sft_sequence, train_sft
 from ..trainer.sharding import shard_base, shard_elements
 from .reporting import ReportingService, ReportSettings, server_default
 from .step import StepPlan, StepTransaction
+from .step_adapters import StepAdapters
 from .trainable import RegistrationError, TrainableModel, register
 
 log = logging.getLogger(__name__)
@@ -72,7 +77,8 @@ class TrainingService:
         self._steps: dict[asyncio.Task, threading.Event] = {}  # running steps and the event that stops each
         self.pool: RankPool | None = None  # trainer ranks beyond this process (ranks.py), when configured
         self.threads: int | None = None  # CPU threads of training in this process (None: every core torch has)
-        self._references: dict[str, tuple[int, dict[str, torch.Tensor]]] = {}  # KL reference slot -> (step, weights)
+        self.step_adapters = StepAdapters()  # adapters of other steps a step scores with (KL reference, steps behind)
+        self._turn_ends: tuple[Path | None, set[int]] | None = None
         self.reports = ReportingService(server_default(manager.config))  # experiment tracking
 
     async def start_ranks(self, plan: RankPlan) -> None:
@@ -93,29 +99,6 @@ class TrainingService:
             out.update(shard_elements(self._host.model))  # on rank 0
         return out
 
-    def _reference(self, model: TrainableModel, config: GRPOConfig) -> tuple[str, dict[str, torch.Tensor]] | None:
-        """The slot holding step `config.kl_ref_step`'s adapter, the KL penalty's reference (loaded once
-        per step asked for), and its weights; None for the base model. CheckpointNotFound (404) for a
-        step the model has no checkpoint of."""
-        step = config.kl_ref_step
-        if step is None:
-            return None
-        steps = ckpt.complete_steps(model.paths)
-        if step not in steps:
-            raise ckpt.CheckpointNotFound(
-                f"kl_ref_step {step}: {model.name} has no checkpoint of step {step} (it has steps "
-                f"{', '.join(map(str, steps[-10:]))}{' and earlier' if len(steps) > 10 else ''})"
-            )
-        slot = f"ref-{model.slot}"
-        cached = self._references.get(slot)
-        if cached is None or cached[0] != step:
-            weights = ckpt.load_weights(model.paths.checkpoint(step))
-            if not self.lora.has_slot(slot):
-                self.lora.add_slot(slot, self.lora.config(model.slot))
-            self.lora.load_weights(slot, weights)
-            self._references[slot] = (step, weights)
-        return slot, self._references[slot][1]
-
     def _distributed(
         self,
         model: TrainableModel,
@@ -123,9 +106,10 @@ class TrainingService:
         args: tuple[Any, ...],
         train: Any,
         ref: tuple[str, dict[str, torch.Tensor]] | None = None,
+        behind: dict[int, tuple[str, dict[str, torch.Tensor]]] | None = None,
     ) -> Any:
-        """`train(sync)` on every rank when there are several (the workers get `args`, and the KL
-        reference's slot and weights), else here alone."""
+        """`train(sync)` on every rank when there are several (the workers get `args`, and the slots
+        and weights of the KL reference and of the steps behind), else here alone."""
         if self.pool is None:
             return train(None)
         host = self.lora
@@ -140,6 +124,7 @@ class TrainingService:
             "args": args,
             "shard_base": self.pool.plan.shard_base,
             "ref": ref,
+            "behind": behind or {},
         }
         return self.pool.run(header, train)
 
@@ -174,6 +159,14 @@ class TrainingService:
     @property
     def tokenizer(self) -> Any:
         return self.manager.require_engine().tokenizer
+
+    def turn_ends(self) -> set[int]:
+        """The tokens that end a sampled turn of the base model (chat/turn_end.py), where SFT's trained tokens stop."""
+        base = self.manager.base_path
+        if self._turn_ends is None or self._turn_ends[0] != base:
+            eos = generation_eos(base) if base is not None else None
+            self._turn_ends = (base, end_of_turn_ids(self.tokenizer, eos))
+        return self._turn_ends[1]
 
     async def register(
         self, name: str, project: str, base_model: str, lora: LoraSpec | None, report: ReportSettings | None = None
@@ -215,8 +208,8 @@ class TrainingService:
             return {**model.info(), "resumed": resumed}
 
     def drop_reference(self, model: TrainableModel) -> None:
-        """Forgets the cached KL reference of `model` (its checkpoints were replaced by a fork)."""
-        self._references.pop(f"ref-{model.slot}", None)
+        """Forgets the cached adapters of `model`'s other steps (its checkpoints were replaced by a fork)."""
+        self.step_adapters.forget(model)
 
     def slots(self) -> list[str]:
         """The LoRA slots models train in (a failed registration must leave none behind)."""
@@ -305,19 +298,27 @@ class TrainingService:
             provenance = self.manager.provenance
 
             tokenizer = self.tokenizer
+            ends = await asyncio.to_thread(self.turn_ends)
 
             def render(trajectory: dict[str, Any]) -> Any:  # plain assistant messages, as SFT tokenises them
-                return sft_sequence(tokenizer, trajectory["messages_and_choices"], trajectory.get("tools"), "all_assistant")
+                messages = trajectory["messages_and_choices"]
+                return sft_sequence(tokenizer, messages, trajectory.get("tools"), "all_assistant", ends)
 
-            def check_and_prepare() -> tuple[list[str], Any, tuple[str, Any] | None]:  # CPU work: off the event loop
+            def check_and_prepare() -> tuple[list[str], Any, Any, Any]:  # CPU work: off the event loop
                 warnings = check_groups(provenance, groups)
                 self._check_tokens(groups)
                 prepared = prepare(groups, config, engine.context_length, model.step, render)
                 if prepared.sequences_split:
                     prepared.notices.append(not_append_only_notice(model.base_model))
-                return warnings, prepared, self._reference(model, config)
+                adapters = self.step_adapters
+                ref = adapters.reference(self.lora, model, config)
+                steps_behind = prepared.truncated_steps_behind()
+                behind = adapters.behind(self.lora, model, steps_behind)
+                if steps_behind - set(behind):
+                    prepared.notices.append(stand_in_notice(sorted(steps_behind - set(behind))))
+                return warnings, prepared, ref, behind
 
-            warnings, prepared, ref = await asyncio.to_thread(check_and_prepare)
+            warnings, prepared, ref, behind = await asyncio.to_thread(check_and_prepare)
             ref_slot = ref[0] if ref else None
             timings["tokenize_s"] = time.perf_counter() - started
             from_step, new_step = model.step, model.step + 1
@@ -342,9 +343,20 @@ class TrainingService:
                     "grpo",
                     (prepared, config, self.pad_id),
                     lambda sync: train_step(
-                        self.lora, model.slot, model.optimizer, prepared, config, self.pad_id, progress, guard, sync, ref_slot
+                        self.lora,
+                        model.slot,
+                        model.optimizer,
+                        prepared,
+                        config,
+                        self.pad_id,
+                        progress,
+                        guard,
+                        sync,
+                        ref_slot,
+                        StepAdapters.slots_of(behind),
                     ),
                     ref,
+                    behind,
                 ),
                 trainable=bool(prepared.items),
                 reason=None if prepared.items else nothing_trained_reason(prepared),
@@ -355,6 +367,8 @@ class TrainingService:
                 trajectories=groups,
                 started=started,
                 price=price,
+                phase="grpo",
+                reset_optimizer=config.reset_optimizer,
             )
             async for line in self._run_step(model, engine, serve_previous, plan):
                 yield line
@@ -371,10 +385,13 @@ class TrainingService:
             timings: dict[str, float] = {}
             started = time.perf_counter()
             tok = self.tokenizer
+            ends = await asyncio.to_thread(self.turn_ends)
             sequences = []
             for i, c in enumerate(conversations):
                 try:
-                    sequences.append(await asyncio.to_thread(sft_sequence, tok, c["messages"], c.get("tools"), config.train_on))
+                    sequences.append(
+                        await asyncio.to_thread(sft_sequence, tok, c["messages"], c.get("tools"), config.train_on, ends)
+                    )
                 except ValueError as error:
                     raise ValueError(f"conversation {i}: {error}") from None
             timings["tokenize_s"] = time.perf_counter() - started
@@ -403,6 +420,8 @@ class TrainingService:
                 timings=timings,
                 started=started,
                 price=price,
+                phase="sft",
+                reset_optimizer=config.reset_optimizer,
             )
             async for line in self._run_step(model, engine, False, plan):
                 yield line

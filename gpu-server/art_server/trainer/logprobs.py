@@ -9,8 +9,11 @@
   (no logits for padding, prompts or other rows' positions), in chunks, each recomputed in the
   backward pass instead of keeping a [tokens, vocabulary] tensor alive.
 
-Each token is scored under the distribution it was sampled from (its turn's temperature, top-k and
-top-p: core/distribution.py), so the trainer's logprob of an unchanged policy equals the sampler's.
+Each token is scored under the distribution it was sampled from (its turn's temperature, min-p,
+top-k and top-p: core/distribution.py), so the trainer's logprob of an unchanged policy equals the
+sampler's. A truncated token is scored over the set of tokens its sampler kept (`KeptSets`), which
+the step fixes before its first update (grpo_start.py), so every gradient step scores a distribution over
+the same set. The head runs in float32 (core/head.py), as the hf engine's sampler runs it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from ..core.compat import cache_kwargs, output_cache
-from ..core.distribution import processed_logprobs, row_tensors
+from ..core.distribution import KeptSets, RowTensors, processed_logprobs, sampler_mask, scaled_logits
+from ..core.head import decoder_and_head, model_logits
 from .sequences import Sequence
 
 MIN_SHARED_PREFIX = 8  # shorter prompts are not worth a separate forward
@@ -44,10 +48,15 @@ class Batch:
     attention_mask: torch.Tensor  # [B, S]
     predicting: torch.Tensor  # [B, S] bool
     old: torch.Tensor  # [B, S] sampling logprob of suffix token t (0 where untrained)
-    # Per trained token, in token_rows order: the temperature, top_p and top_k it was sampled with.
-    temperature: torch.Tensor  # [N]
-    top_p: torch.Tensor  # [N]
-    top_k: torch.Tensor  # [N]
+    # Per trained token, in token_rows order: the parameters it was sampled with, and the policy step
+    # that sampled it (sequences.UNKNOWN_STEP where not recorded).
+    params: RowTensors  # [N] each
+    sampled_by: torch.Tensor  # [N] long
+
+    @property
+    def truncates(self) -> torch.Tensor:
+        """[N] bool: trained tokens whose sampling kept only some tokens (they need kept sets)."""
+        return self.params.truncates
 
     @property
     def token_rows(self) -> torch.Tensor:
@@ -108,7 +117,7 @@ def pad_batch(seqs: list[Sequence], pad_id: int, device: torch.device) -> Batch:
     predicting = torch.zeros_like(trained)
     predicting[:, :-1] = trained[:, 1:]
     rows, cols = predicting.nonzero(as_tuple=True)
-    params = [seqs[r].sampling[cuts[r] + c + 1] for r, c in zip(rows.tolist(), cols.tolist())]
+    at = [(seqs[r], cuts[r] + c + 1) for r, c in zip(rows.tolist(), cols.tolist())]
     return Batch(
         prompt_ids.to(device),
         prompt_mask.to(device),
@@ -118,20 +127,14 @@ def pad_batch(seqs: list[Sequence], pad_id: int, device: torch.device) -> Batch:
         mask.to(device),
         predicting.to(device),
         old.to(device),
-        *row_tensors(params, device),
+        RowTensors.of([s.sampling[t] for s, t in at], device),
+        torch.tensor([s.sampled_by[t] for s, t in at], dtype=torch.long, device=device),
     )
-
-
-def _decoder_and_head(model: Any) -> tuple[Any, Any]:
-    """The transformer body (hidden states, no lm_head) and the lm_head; LoRA layers are injected in
-    place, so the body runs the active adapter."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return base.base_model, base.get_output_embeddings()
 
 
 def hidden_states(model: Any, batch: Batch) -> torch.Tensor:
     """Final hidden states of every row's suffix: [B, S, H]."""
-    decoder, _ = _decoder_and_head(model)
+    decoder, _ = decoder_and_head(model)
     if not len(batch.prompt_ids):
         return decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).last_hidden_state
     from transformers import DynamicCache
@@ -158,41 +161,106 @@ def hidden_states(model: Any, batch: Batch) -> torch.Tensor:
 
 
 def _chunk_logprobs(
-    head: Any,
+    model: Any,
     hidden: torch.Tensor,
     targets: torch.Tensor,
-    temperature: torch.Tensor,
-    top_p: torch.Tensor,
-    top_k: torch.Tensor,
+    params: RowTensors,
+    kept: KeptSets | None,
+    fill: torch.Tensor,
     with_entropy: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = head(hidden).float()
-    logp = processed_logprobs(logits, temperature, top_p, top_k, keep=targets)
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Logprobs of `targets` (and entropies), each truncated row over its kept set in `kept` (this
+    chunk's part); rows in `fill` get their kept set from these logits (returned as their
+    removed-token mask [n, V], False elsewhere: deterministic, so a recomputation in the backward
+    pass finds the same). The [n, V] mask of `kept` is built here, so it lives only while this runs."""
+    logits = model_logits(model, hidden)
+    removed = kept.removed(logits.shape[-1]) if kept is not None else None
+    found = torch.zeros(0, dtype=torch.bool, device=logits.device)
+    if bool(fill.any()):
+        with torch.no_grad():
+            found = sampler_mask(scaled_logits(logits.detach(), params.temperature), params)
+            found = found & fill[:, None] if found is not None else torch.zeros_like(logits, dtype=torch.bool)
+            rows = fill.nonzero(as_tuple=True)[0]
+            found[rows, targets[rows]] = False  # the sampled token was kept (see KeptSets.add)
+        removed = found if removed is None else removed | found
+    # Every truncated row has its kept set (token_logprobs checked it) or takes it here: nothing is
+    # recomputed from these logits.
+    logp = processed_logprobs(logits, params, removed, from_logits=False)
     picked = logp.gather(-1, targets[:, None]).squeeze(-1)
     if not with_entropy:
-        return picked, picked.new_zeros(0)
+        return picked, picked.new_zeros(0), found
     with torch.no_grad():  # a diagnostic only; xlogy: truncated tokens (p = 0) add 0, not nan
         entropy = -torch.xlogy(logp.exp(), logp.exp()).sum(-1)
-    return picked, entropy
+    return picked, entropy, found
 
 
-def token_logprobs(model: Any, batch: Batch, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+class MissingKeptSets(RuntimeError):
+    """A truncated token would be scored without its sampler's kept set (a bug: see grpo_start.py)."""
+
+
+def token_logprobs(
+    model: Any,
+    batch: Batch,
+    with_entropy: bool = False,
+    kept: KeptSets | None = None,
+    fill: torch.Tensor | bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None, KeptSets | None]:
     """Logprobs (flat, row-major over the trained positions) of each trained token under the model,
     each under the distribution its turn was sampled from; token t is predicted at position t-1. With
-    `with_entropy`, also the entropy of that distribution at each position."""
-    _, head = _decoder_and_head(model)
+    `with_entropy`, also the entropy of that distribution at each position.
+
+    A truncated token is scored over its kept set in `kept`; one without takes the set this pass's
+    own logits keep (no gradient), when `fill` allows it (True, or [N] bool per token): that is its
+    sampler's set only while the model is the policy that sampled it. Returns the kept sets used
+    (`kept` with those filled in), or None when nothing truncates."""
     hidden = hidden_states(model, batch)
     rows, cols = batch.predicting.nonzero(as_tuple=True)
     gathered = hidden[rows, cols]  # [N, H]
     targets = batch.input_ids[rows, cols + 1]
+    truncates = batch.truncates
+    needed = truncates if kept is None else truncates & ~kept.covered
+    if bool(needed.any()):
+        allowed = fill if isinstance(fill, torch.Tensor) else torch.full_like(needed, bool(fill))
+        if bool((needed & ~allowed).any()):
+            raise MissingKeptSets(f"{int((needed & ~allowed).sum())} truncated tokens have no kept set from their sampler")
+        kept = kept if kept is not None else KeptSets.empty(len(targets), targets.device)
     picked, entropies = [], []
     for start in range(0, len(targets), LM_HEAD_CHUNK):
         part = slice(start, start + LM_HEAD_CHUNK)
-        args = (gathered[part], targets[part], batch.temperature[part], batch.top_p[part], batch.top_k[part], with_entropy)
+        stop = min(start + LM_HEAD_CHUNK, len(targets))
+        sets = kept.part(start, stop) if kept is not None else None
+        args = (gathered[part], targets[part], batch.params[part], sets, needed[part], with_entropy)
         if len(targets) > LM_HEAD_CHUNK and torch.is_grad_enabled():  # recompute in backward: bounded memory
-            lp, ent = checkpoint(_chunk_logprobs, head, *args, use_reentrant=False)
+            lp, ent, found = checkpoint(_chunk_logprobs, model, *args, use_reentrant=False)
         else:
-            lp, ent = _chunk_logprobs(head, *args)
+            lp, ent, found = _chunk_logprobs(model, *args)
+        if bool(needed[part].any()):  # the sets this pass's own logits kept, recorded once
+            assert kept is not None
+            positions = needed[part].nonzero(as_tuple=True)[0]
+            kept.add(positions + start, found[positions], targets[part][positions])
         picked.append(lp)
         entropies.append(ent)
-    return torch.cat(picked), (torch.cat(entropies) if with_entropy else None)
+    if not picked:  # no trained token
+        empty = gathered.new_zeros(0, dtype=torch.float32)
+        return empty, (empty if with_entropy else None), kept
+    return torch.cat(picked), (torch.cat(entropies) if with_entropy else None), kept
+
+
+def record_kept_sets(model: Any, batch: Batch, rows: torch.Tensor, kept: KeptSets | None) -> KeptSets:
+    """Adds to `kept` the kept sets of the trained tokens `rows` ([N] bool) under `model` as it is
+    (no gradient; the head runs at those positions only): the pass that finds the sets of tokens an
+    earlier step's policy sampled, with that step's adapter active."""
+    with torch.no_grad():
+        hidden = hidden_states(model, batch)
+        at, cols = batch.predicting.nonzero(as_tuple=True)
+        targets = batch.input_ids[at, cols + 1]
+        kept = kept if kept is not None else KeptSets.empty(len(targets), targets.device)
+        positions = rows.nonzero(as_tuple=True)[0]
+        for start in range(0, len(positions), LM_HEAD_CHUNK):
+            part = positions[start : start + LM_HEAD_CHUNK]
+            logits = model_logits(model, hidden[at[part], cols[part]])
+            params = batch.params[part]
+            removed = sampler_mask(scaled_logits(logits, params.temperature), params)
+            if removed is not None:
+                kept.add(part, removed, targets[part])
+    return kept

@@ -87,7 +87,7 @@ class LoraHost:
                     config.base_model_name_or_path = next(iter(peft.peft_config.values())).base_model_name_or_path
                 peft.add_adapter(slot, config)
             adapter_switch.forget(self.model)
-            self.model.eval()  # no dropout anywhere; LoRA dropout is 0 by default
+            self.model.eval()  # no dropout outside a gradient pass (see dropout() below)
 
     def slots(self) -> list[str]:
         peft = self._peft()
@@ -131,6 +131,22 @@ class LoraHost:
                 p.requires_grad_(True)
         if self.device.type == "cpu":
             torch.set_num_threads(self.threads)
+
+    @contextlib.contextmanager
+    def dropout(self, slot: str) -> Iterator[None]:
+        """`slot`'s LoRA dropout active for the passes inside (a gradient pass); everything else,
+        serving and the trainer's scoring passes, runs without it (the model stays in eval mode)."""
+        layers = [m.lora_dropout[slot] for m in self.model.modules() if slot in getattr(m, "lora_dropout", {})]
+        for layer in layers:
+            layer.train()
+        try:
+            yield
+        finally:
+            for layer in layers:
+                layer.eval()
+
+    def dropout_rate(self, slot: str) -> float:
+        return float(getattr(self.config(slot), "lora_dropout", 0.0) or 0.0)
 
     @contextlib.contextmanager
     def using(self, slot: str) -> Iterator[None]:

@@ -33,7 +33,7 @@ Then the ratio starts at exactly 1 whatever the sampler's precision, and the mis
 that ran an older step) is corrected by w_t instead of being clipped as if the policy had moved.
 
 The loss is the weighted sum of loss_t over a gradient step's tokens; the weights are the length
-normalisation (grpo.chunk_weights): a mean over trajectories of their token means ("trajectory"), a
+normalisation (grpo_weights.chunk_weights): a mean over trajectories of their token means ("trajectory"), a
 mean over tokens ("token", DAPO's), or a constant ("constant", Dr. GRPO's).
 """
 

@@ -114,16 +114,22 @@ def run_step(header: dict[str, Any], holder: Holder, host: LoraHost, sync: Distr
     if not host.has_slot(slot):
         host.add_slot(slot, header["lora"])
     host.load_weights(slot, header["weights"])
-    ref_slot = None
-    if header.get("ref"):  # the KL penalty's reference adapter (service._reference)
-        ref_slot, ref_weights = header["ref"]
-        if not host.has_slot(ref_slot):
-            host.add_slot(ref_slot, header["lora"])
-        host.load_weights(ref_slot, ref_weights)
+    # The adapters of the model's other steps that the step scores with (service/step_adapters.py):
+    # the KL penalty's reference, and the steps behind that sampled truncated turns.
+    others = [header["ref"]] if header.get("ref") else []
+    others += list((header.get("behind") or {}).values())
+    for old in [s for s in host.slots() if s.startswith("behind") and s not in {o[0] for o in others}]:
+        host.delete_slot(old)  # an earlier step's that this step does not score with (as rank 0 frees it)
+    for other_slot, other_weights in others:
+        if not host.has_slot(other_slot):
+            host.add_slot(other_slot, header["lora"])
+        host.load_weights(other_slot, other_weights)
+    ref_slot = header["ref"][0] if header.get("ref") else None
+    behind = {step: loaded[0] for step, loaded in (header.get("behind") or {}).items()}
     host.activate(slot)
     if header["kind"] == "grpo":
         prepared, config, pad_id = header["args"]
-        train_step(host, slot, None, prepared, config, pad_id, guard=StepGuard(), sync=sync, ref_slot=ref_slot)
+        train_step(host, slot, None, prepared, config, pad_id, guard=StepGuard(), sync=sync, ref_slot=ref_slot, behind=behind)
     else:
         sequences, config, pad_id = header["args"]
         train_sft(host, slot, None, sequences, config, pad_id, guard=StepGuard(), sync=sync)

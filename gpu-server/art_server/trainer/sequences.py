@@ -20,6 +20,7 @@ from typing import Any
 from ..core.distribution import SamplingParams
 
 PLAIN = SamplingParams()
+UNKNOWN_STEP = -1  # Sequence.sampled_by of a token no step is known to have sampled
 
 
 @dataclass
@@ -31,14 +32,24 @@ class Sequence:
     old_logprobs: list[float] = field(default_factory=list)  # aligned with input_ids (0 where untrained)
     # aligned with input_ids: the distribution each token was sampled from (PLAIN where untrained)
     sampling: list[SamplingParams] = field(default_factory=list)
+    # aligned with input_ids: the policy step that sampled each token (its turn's art_policy_step;
+    # UNKNOWN_STEP where untrained or not recorded): a truncated turn is scored over the tokens that
+    # step's policy kept (grpo_start.py)
+    sampled_by: list[int] = field(default_factory=list)
 
     def extend(
-        self, ids: list[int], trained: bool, logprobs: list[float] | None = None, sampling: SamplingParams = PLAIN
+        self,
+        ids: list[int],
+        trained: bool,
+        logprobs: list[float] | None = None,
+        sampling: SamplingParams = PLAIN,
+        sampled_by: int | None = None,
     ) -> None:
         self.input_ids.extend(ids)
         self.trained.extend([trained] * len(ids))
         self.old_logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
         self.sampling.extend([sampling] * len(ids))
+        self.sampled_by.extend([UNKNOWN_STEP if sampled_by is None else sampled_by] * len(ids))
 
     @property
     def trained_tokens(self) -> int:
@@ -51,6 +62,7 @@ class SampledTurn:
     token_ids: list[int]
     logprobs: list[float] | None
     sampling: SamplingParams | None = None  # as the server recorded it (art_sampling); None: not recorded
+    policy_step: int | None = None  # the step that sampled it (art_policy_step); None: not recorded
 
 
 class MissingTokens(ValueError):
@@ -69,8 +81,8 @@ def sampled_turns(trajectory: dict[str, Any]) -> list[SampledTurn]:
         if lps is None or len(lps) != len(ids):
             raise MissingTokens(f"item {k}: the choice has {0 if lps is None else len(lps)} logprobs for {len(ids)} tokens")
         recorded = item.get("art_sampling")
-        sampling = SamplingParams(recorded["temperature"], recorded["top_p"], recorded["top_k"]) if recorded else None
-        turns.append(SampledTurn(list(prompt), list(ids), list(lps), sampling))
+        sampling = SamplingParams.of_wire(recorded) if recorded else None
+        turns.append(SampledTurn(list(prompt), list(ids), list(lps), sampling, item.get("art_policy_step")))
     return turns
 
 
@@ -141,7 +153,9 @@ def build_sequences(turns: list[SampledTurn]) -> tuple[list[Sequence], int]:
                 splits += 1
             current = Sequence()
             current.extend(turn.prompt_token_ids, trained=False)
-        current.extend(turn.token_ids, trained=True, logprobs=turn.logprobs, sampling=turn.sampling or PLAIN)
+        current.extend(
+            turn.token_ids, trained=True, logprobs=turn.logprobs, sampling=turn.sampling or PLAIN, sampled_by=turn.policy_step
+        )
     if current is not None:
         sequences.append(current)
     return sequences, splits
@@ -167,4 +181,5 @@ def unsampled_sequences(
     sampling = SamplingParams(temperature if temperature is not None else 1.0)
     seq.old_logprobs = [math.nan if t else 0.0 for t in seq.trained]
     seq.sampling = [sampling if t else PLAIN for t in seq.trained]
+    seq.sampled_by = [UNKNOWN_STEP] * len(seq.trained)
     return [seq], 0

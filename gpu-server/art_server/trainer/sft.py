@@ -3,6 +3,7 @@ or only the last), in epochs of shuffled batches, with a constant or cosine (wit
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
@@ -14,6 +15,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..chat.prompt import prompt_token_ids
+from ..chat.turn_end import trained_span
 from ..core.json_types import WholeNumber
 from .guard import StepGuard
 from .logprobs import pad_batch, token_logprobs
@@ -38,11 +40,22 @@ class SFTConfig(BaseModel):
     # Padded tokens per forward/backward pass (micro_batches.py): bounds a pass's activation memory.
     micro_batch_tokens: WholeNumber = Field(default=MICRO_BATCH_TOKENS, ge=1, le=10**8)
     seed: WholeNumber = Field(default=0, ge=0, le=2**32 - 1)
+    # The optimizer's moments: None starts fresh ones when the model's previous step was RL; true
+    # always; false keeps them (service/optimizer_phase.py).
+    reset_optimizer: bool | None = None
 
 
-def sft_sequence(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, train_on: str) -> Sequence:
+def sft_sequence(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    train_on: str,
+    ends: set[int] | None = None,
+) -> Sequence:
     """The conversation's tokens with assistant turns marked as trained. Each assistant turn's tokens
-    are what the template adds for it after the generation prompt (its text and end-of-turn token)."""
+    are what the template adds for it after the generation prompt; of those, what a sampler would
+    have produced is trained: its text up to and including its end-of-turn token (one of `ends`,
+    chat/turn_end.py), not the template's glue after it (ChatML's newline)."""
     assistant = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
     if not assistant:
         raise ValueError("the conversation has no assistant message to learn from")
@@ -58,7 +71,10 @@ def sft_sequence(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dic
         if prefix[: len(seq.input_ids)] != seq.input_ids:
             raise ValueError(f"the chat template rewrites earlier turns at message {i}")
         seq.extend(prefix[len(seq.input_ids) :], trained=False)
-        seq.extend(full[len(prefix) :], trained=i in targets)
+        turn = full[len(prefix) :]
+        sampled = trained_span(turn, ends or set())
+        seq.extend(turn[:sampled], trained=i in targets)
+        seq.extend(turn[sampled:], trained=False)
     return seq
 
 
@@ -100,6 +116,7 @@ def train_sft(
 
     tokens_total = 0
     step = 0
+    dropout = host.dropout_rate(slot) > 0  # LoRA dropout, in the gradient passes only
     for epoch in range(config.epochs):
         order = list(range(len(sequences)))
         rng.shuffle(order)
@@ -119,10 +136,10 @@ def train_sft(
                 if not sync.lockstep:  # with a sharded base, only where the ranks meet (see grpo.train_step)
                     guard.check()
                 weight = 1.0 if m < real else 0.0
-                with host.lock:
+                with host.lock, host.dropout(slot) if dropout else contextlib.nullcontext():
                     host.activate(slot)
                     batch = pad_batch(micro, pad_id, host.device)
-                    logp, _ = token_logprobs(host.model, batch)
+                    logp, _, _ = token_logprobs(host.model, batch)
                     loss = -logp.sum() * weight / tokens  # mean over the batch's assistant tokens
                     loss.backward()
                 loss_sum += float(loss.detach())

@@ -52,7 +52,7 @@ describe("model.rollout on a LocalBackend", () => {
     assert.equal(streamed!.logprobs.length, streamed!.tokenIds.length);
     assert.match(streamed!.provenance ?? "", /^art1:/);
     // Each turn carries the sampling parameters it was drawn with (the request's, else the server's defaults).
-    for (const choice of [json!, streamed!]) assert.deepEqual(choice.sampling, { temperature: 0, topP: 1, topK: 0, engine: "hf" });
+    for (const choice of [json!, streamed!]) assert.deepEqual(choice.sampling, { temperature: 0, topP: 1, topK: 0, minP: 0, constrained: false, engine: "hf" });
     assert.equal(streamed!.choice.message.content, json!.choice.message.content);
     // The second call sent the same one user message: it does not continue the first conversation (no assistant
     // turn in it), so it starts a segment of its own.

@@ -306,10 +306,10 @@ describe("TrainableModel on a LocalBackend", () => {
     const nan = new Trajectory({ messagesAndChoices: good.messagesAndChoices, reward: Number.NaN });
     await assert.rejects(model.train([new TrajectoryGroup([good, nan])]), /group 0, trajectory 1: reward is NaN/);
     const plain = new Trajectory({ messagesAndChoices: [{ role: "user", content: "hi" }, { role: "assistant", content: "B2" }], reward: 1 });
-    await assert.rejects(model.train([new TrajectoryGroup([good, plain])]),
-      /group 0, trajectory 1 has no sampled choices: .*allowTrainingWithoutLogprobs: true/);
-    // With the option, a group of plain messages (offline logs) trains: scored by the policy at the step's start.
     const wrong = new Trajectory({ messagesAndChoices: [{ role: "user", content: "hi" }, { role: "assistant", content: "A1" }], reward: 0 });
+    await assert.rejects(model.train([new TrajectoryGroup([plain, wrong])]),
+      /group 0, trajectory 0 has no sampled choices \(nor has any other of its group\): .*allowTrainingWithoutLogprobs: true/);
+    // With the option, a group of plain messages (offline logs) trains: scored by the policy at the step's start.
     const offline = await model.train([new TrajectoryGroup([plain, wrong])], { learningRate: 1e-2, allowTrainingWithoutLogprobs: true, progress: false });
     assert.equal(offline.metrics.unsampledTrajectoriesTrained, 2);
     assert.ok(Number(offline.metrics.tokensTrained) > 0 && offline.metrics.samplerLogprobDiffMean === 0, JSON.stringify(offline.metrics));

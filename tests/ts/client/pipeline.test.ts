@@ -11,7 +11,7 @@ import { after, before, describe, it } from "node:test";
 import { z } from "zod";
 import {
   BackendClosedError, gatherTrajectoryGroups, GatherError, type HistoryRow, LocalBackend, type PipelineResult, StoppedError, TrainableModel, trainLoop, trainPipeline,
-  type Trajectory, TrajectoryGroup,
+  Trajectory, TrajectoryGroup,
 } from "../../../lib/index";
 import { randomBoard, rng, rollout } from "../../../examples/toy-task";
 
@@ -111,6 +111,27 @@ describe("trainPipeline", () => {
     const lags = trainRows(await piped.historyRows()).map((r) => r.policyLagMax).filter((lag) => lag !== undefined);
     assert.ok(lags.length > 0 && lags.every((lag) => lag === 0), `policy lag per step ${lags.join(",")}`);
   });
+
+  it("a trajectory that never sampled keeps its reward in its group's baseline; plain messages train with allowTrainingWithoutLogprobs", { timeout: 120_000 }, () => named(async () => {
+    const model = await fresh("baseline");
+    const board = randomBoard(rng(11));
+    // Each group: one agent that gave up before calling the model (reward 1, nothing sampled), three that sampled.
+    const idle = () => Promise.resolve(Object.assign(new Trajectory({ messagesAndChoices: [{ role: "user", content: "hi" }] }), { reward: 1 }));
+    const groups = (step: number) => [0, 1].map((g) => new TrajectoryGroup([idle, ...[0, 1, 2].map((i) => () => rollout(model, board, step * 100 + g * 10 + i))]));
+    await trainPipeline({ model, steps: 1, groups, train: { learningRate: 1e-2 }, concurrency: 1 });
+    const [row] = trainRows(await model.historyRows());
+    // The server saw all 8 (it was sent only the 6 that sampled, whose rewards were then mostly flat).
+    assert.equal(row?.trajectories, 8, JSON.stringify(row));
+    assert.equal(row?.groupsTrained, 2, JSON.stringify(row));
+    // Offline logs (plain assistant messages, no sampled choice) train through the loop when asked.
+    const offline = await fresh("offline-loop");
+    const log = (cell: string, reward: number) => () => Promise.resolve(Object.assign(new Trajectory({
+      messagesAndChoices: [{ role: "user", content: "Name a cell." }, { role: "assistant", content: cell }] }), { reward }));
+    await trainPipeline({ model: offline, steps: 1, groups: () => [new TrajectoryGroup([log("B2", 1), log("A1", 0)])],
+      train: { learningRate: 1e-2, allowTrainingWithoutLogprobs: true }, concurrency: 1 });
+    const [trained] = trainRows(await offline.historyRows());
+    assert.equal(trained?.unsampledTrajectoriesTrained, 2, JSON.stringify(trained));
+  }));
 
   it("maxStepsOffPolicy 1 learns the toy task; no trained token is more than 1 step behind, and the stages overlap", { timeout: 300_000 }, async () => {
     const model = await fresh("async-1", { gpuCostPerHourUsd: 2.5 });

@@ -59,11 +59,16 @@ describe("sampled choices", () => {
 
   it("keep the sampling parameters the server recorded, camelCase in the API, and send them back", () => {
     const sampled = completion(-0.5) as unknown as { choices: Record<string, unknown>[] };
-    sampled.choices[0]!.art_sampling = { temperature: 0.7, top_p: 0.9, top_k: 20, engine: "hf" };
+    sampled.choices[0]!.art_sampling = { temperature: 0.7, top_p: 0.9, top_k: 20, min_p: 0.05, constrained: true, engine: "hf" };
     const t = new Trajectory({ messagesAndChoices: [{ role: "user", content: "x" }] }).push(sampled as never);
-    assert.deepEqual(t.choices()[0]!.sampling, { temperature: 0.7, topP: 0.9, topK: 20, engine: "hf" });
+    assert.deepEqual(t.choices()[0]!.sampling, { temperature: 0.7, topP: 0.9, topK: 20, minP: 0.05, constrained: true, engine: "hf" });
     const wire = t.toWire().messages_and_choices[1] as Record<string, unknown>;
-    assert.deepEqual(wire.art_sampling, { temperature: 0.7, top_p: 0.9, top_k: 20, engine: "hf" });
+    assert.deepEqual(wire.art_sampling, { temperature: 0.7, top_p: 0.9, top_k: 20, min_p: 0.05, constrained: true, engine: "hf" });
+    // A server from before min-p and constraints were recorded: neither, sent back as such.
+    const older = completion(-0.5) as unknown as { choices: Record<string, unknown>[] };
+    older.choices[0]!.art_sampling = { temperature: 1, top_p: 1, top_k: 0, engine: "vllm" };
+    const o = new Trajectory({ messagesAndChoices: [{ role: "user", content: "x" }] }).push(older as never);
+    assert.deepEqual(o.choices()[0]!.sampling, { temperature: 1, topP: 1, topK: 0, minP: 0, constrained: false, engine: "vllm" });
   });
 
   it("without finite logprobs say so, not that token ids are missing", () => {

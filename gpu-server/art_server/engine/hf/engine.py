@@ -16,6 +16,8 @@ from typing import Any
 import torch
 
 from ...chat.structured import TokenConstraints, requested_schema
+from ...chat.turn_end import end_of_turn_ids
+from ...core.distribution import SamplingParams
 from ..base import Engine, EngineError
 from ..chat_frontend import ChatFrontend, ChatStream
 from ..device_choice import choose_dtype, resolve_device
@@ -54,12 +56,7 @@ class HFEngine(Engine):
         self.device = device
         self.context_length = int(getattr(model.config, "max_position_embeddings", 0) or tokenizer.model_max_length)
         self.runner = HFModelRunner(model, tokenizer, device)
-        eos = set()
-        for source in (model.generation_config.eos_token_id, tokenizer.eos_token_id):
-            if isinstance(source, int):
-                eos.add(source)
-            elif source:
-                eos.update(source)
+        eos = end_of_turn_ids(tokenizer, model.generation_config.eos_token_id)
         self.eos_token_ids = eos
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos), 0)
         self.scheduler = BatchScheduler(
@@ -144,12 +141,14 @@ class HFEngine(Engine):
         max_tokens = self.frontend.max_tokens(prompt, body)
         stop = self.frontend.stop_strings(body)
         seqs = []
+        sampling = SamplingParams.of_request(body)  # what each choice's art_sampling records, too
         for index in range(body.get("n") or 1):
             seed = body.get("seed")
             params = RowParams(
-                temperature=float(body["temperature"]) if body.get("temperature") is not None else 1.0,
-                top_p=float(body["top_p"]) if body.get("top_p") is not None else 1.0,
-                top_k=int(body.get("top_k") or 0) if (body.get("top_k") or 0) > 0 else 0,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                top_k=sampling.top_k,
+                min_p=sampling.min_p,
                 top_logprobs=int(body.get("top_logprobs") or 0),
                 generator=_seed_generator(seed, index, self.device) if seed is not None else None,
             )

@@ -1,5 +1,6 @@
 """Forward passes of a base model with one LoRA adapter (or none) chosen per call: what the
-scheduler drives and the trainer shares. Needs only torch, transformers and peft."""
+scheduler drives and the trainer shares. Needs only torch, transformers and peft. The logits are
+the float32 head's (core/head.py), as the trainer computes them."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 
 from ...core import adapter_switch
 from ...core.compat import cache_kwargs, output_cache
+from ...core.head import decoder_and_head, model_logits
 
 
 class HFModelRunner:
@@ -41,16 +43,18 @@ class HFModelRunner:
 
         peft = self.peft
         slot = None if adapter is None else self.adapter_slots[adapter]
+        decoder, _ = decoder_and_head(self.model)
         with adapter_switch.use(peft, slot) if peft is not None else contextlib.nullcontext(), torch.inference_mode():
-            out = self.model(
+            out = decoder(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
-                **cache_kwargs(self.model, past_key_values if past_key_values is not None else DynamicCache()),
+                **cache_kwargs(decoder, past_key_values if past_key_values is not None else DynamicCache()),
                 use_cache=True,
-                logits_to_keep=1,
             )
-        return out.logits, output_cache(out)
+            # The head in float32 at the last position only, as the trainer runs it (core/head.py).
+            logits = model_logits(self.model, out.last_hidden_state[:, -1:])
+        return logits, output_cache(out)
 
     def decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ...core.distribution import SamplingParams, processed_logprobs, row_tensors
+from ...core.distribution import RowTensors, SamplingParams, processed_logprobs
 
 
 @dataclass
@@ -17,6 +17,7 @@ class RowParams:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0  # 0: off
+    min_p: float = 0.0  # 0: off
     top_logprobs: int = 0
     generator: torch.Generator | None = None  # set when the request has a seed
 
@@ -32,8 +33,8 @@ def sample(logits: torch.Tensor, rows: list[RowParams], generator: torch.Generat
     """Samples one token per row of `logits` [B, V]."""
     logits = logits.float()
     out = SampledTokens([], [], [])
-    params = [SamplingParams(r.temperature, r.top_p, r.top_k) for r in rows]
-    logprob_rows = processed_logprobs(logits, *row_tensors(params, logits.device))
+    params = [SamplingParams(r.temperature, r.top_p, r.top_k, r.min_p) for r in rows]
+    logprob_rows = processed_logprobs(logits, RowTensors.of(params, logits.device))
     greedy = [i for i, p in enumerate(params) if p.greedy]
     seeded = [i for i, (p, r) in enumerate(zip(params, rows)) if not p.greedy and r.generator is not None]
     shared = [i for i, (p, r) in enumerate(zip(params, rows)) if not p.greedy and r.generator is None]

@@ -18,16 +18,24 @@ from ..base import EngineError
 
 Tokens = tuple[list[int], list[float], list[list[tuple[int, float]]]]
 
+KEEP_ALIVE_S = 30  # how long vLLM's HTTP server keeps an idle connection (VLLM_HTTP_TIMEOUT_KEEP_ALIVE)
+
 
 class Unreachable(EngineError):
     def __init__(self, error: httpx.HTTPError):
-        super().__init__(f"vLLM request failed: {error}", status=502, code="engine_error")
+        super().__init__(f"vLLM request failed: {type(error).__name__}: {error}", status=502, code="engine_error")
 
 
 class VLLMClient:
     def __init__(self, url: str, api_key: str):
+        # An idle connection is dropped here well before vLLM's server closes it (KEEP_ALIVE_S, set in
+        # process.py): at equal timeouts a request reused a connection just as vLLM closed it, and
+        # failed (seen once in the data-parallel test, between a step's rollouts).
         self.http = httpx.AsyncClient(
-            base_url=url, headers={"Authorization": f"Bearer {api_key}"}, timeout=httpx.Timeout(None, connect=10)
+            base_url=url,
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=httpx.Timeout(None, connect=10),
+            limits=httpx.Limits(keepalive_expiry=KEEP_ALIVE_S / 3),
         )
 
     async def aclose(self) -> None:

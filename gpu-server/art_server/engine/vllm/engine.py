@@ -9,7 +9,9 @@ chat completion built here (text, stop strings, hermes tool calls). So both engi
 train on, the same prompt ids, and tool calls work whatever the model's chat template says.
 
 - start: `<launcher> --model <dir> --served-model-name <base> --enable-lora --max-lora-rank R
-  --logprobs-mode processed_logprobs --api-key=K --host 127.0.0.1 --port P`, with
+  --logprobs-mode processed_logprobs --generation-config vllm --api-key=K --host 127.0.0.1 --port P`
+  (vLLM's neutral sampling defaults, not the model's generation_config.json: every request sends
+  its temperature, top-p, top-k, min-p and penalties anyway, so the trainer scores what was sampled), with
   `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`; on CUDA also `--enable-sleep-mode` (with
   `VLLM_SERVER_DEV_MODE=1`) and `--gpu-memory-utilization`; on a CPU `--dtype` and
   `VLLM_CPU_KVCACHE_SPACE` (GiB of KV cache);
@@ -33,6 +35,7 @@ from typing import Any, TypeVar
 
 from ...chat.structured import requested_schema
 from ...core.config import ServerConfig
+from ...core.distribution import UNSCORED, SamplingParams
 from ..base import Engine, EngineError
 from ..chat_frontend import ChatFrontend, ChatStream
 from ..openai_format import ChoiceState
@@ -42,6 +45,9 @@ from .process import VLLMProcess
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+# Sent at their neutral values on every request (the server refuses any other: core/distribution.py).
+NEUTRAL_PENALTIES = ("repetition_penalty", "frequency_penalty", "presence_penalty")
 
 
 class VLLMEngine(Engine):
@@ -118,14 +124,19 @@ class VLLMEngine(Engine):
         assert self.frontend is not None
         prompt = await self.frontend.prompt_ids(body["messages"], body.get("tools"))
         top = int(body.get("top_logprobs") or 0) if body.get("logprobs") else 0
+        sampling = SamplingParams.of_request(body)  # what each choice's art_sampling records
         request: dict[str, Any] = {
             "model": adapter or self.base_model,
             "prompt": prompt,
             "max_tokens": self.frontend.max_tokens(prompt, body),
             "n": body.get("n") or 1,
-            "temperature": body["temperature"] if body.get("temperature") is not None else 1.0,
-            "top_p": body["top_p"] if body.get("top_p") is not None else 1.0,
-            "top_k": int(body.get("top_k") or 0) or -1,  # 0 means "off" here; vLLM spells that -1
+            # Every value that shapes the distribution is sent, so vLLM fills none from a default the
+            # trainer does not know (vLLM also starts with --generation-config vllm: process.py).
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k or -1,  # 0 means "off" here; vLLM spells that -1
+            "min_p": sampling.min_p,
+            **{name: UNSCORED[name] for name in NEUTRAL_PENALTIES},
             "logprobs": top,
             "return_token_ids": True,
             "return_tokens_as_token_ids": True,
@@ -133,7 +144,7 @@ class VLLMEngine(Engine):
         }
         if requested_schema(body) is not None:  # vLLM enforces it itself (its completions API takes the same field)
             request["response_format"] = body["response_format"]
-        for key in ("seed", "stop", "presence_penalty", "frequency_penalty"):
+        for key in ("seed", "stop"):
             if body.get(key) is not None:
                 request[key] = body[key]
         return prompt, request

@@ -30,6 +30,7 @@ from ...core.config import ServerConfig
 from ...core.faults import take_once
 from ...core.process import ALL_CORES, die_with_parent
 from ..base import EngineError
+from .client import KEEP_ALIVE_S
 from .placement import Placement
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,10 @@ class VLLMProcess:
             "4",
             "--logprobs-mode",
             "processed_logprobs",
+            # vLLM's neutral sampling defaults, not the ones of the model's generation_config.json
+            # (a repetition penalty there would reshape every turn behind the trainer's back).
+            "--generation-config",
+            "vllm",
         ]
         if self.sleep_mode:
             argv += ["--enable-sleep-mode"]
@@ -157,6 +162,7 @@ class VLLMProcess:
 
     def environment(self) -> dict[str, str]:
         env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+        env.setdefault("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", str(KEEP_ALIVE_S))  # longer than the client keeps one (client.py)
         if self.sleep_mode:
             env["VLLM_SERVER_DEV_MODE"] = "1"  # the /sleep and /wake_up routes
         if self.device != "cuda":
