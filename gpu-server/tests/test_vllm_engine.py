@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from art_server.core import openmp_waiting
 from art_server.core.config import ServerConfig
 from art_server.engine.base import EngineError
 from art_server.engine.vllm.engine import VLLMEngine
@@ -147,6 +148,12 @@ def test_cuda_gets_sleep_mode_and_a_memory_share_a_cpu_gets_a_dtype_kv_cache_spa
         and cpu.vllm.command(1)[cpu.vllm.command(1).index("--dtype") + 1] == "float32"
     )
     assert cuda.vllm.environment()["VLLM_SERVER_DEV_MODE"] == "1" and cpu.vllm.environment()["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    # The server's own OpenMP waiting settings stay in its process (core/openmp_waiting.py); a user's would pass.
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    monkeypatch.setattr(openmp_waiting, "applied", {"OMP_WAIT_POLICY": "ACTIVE"})
+    assert "OMP_WAIT_POLICY" not in cpu.vllm.environment()
+    monkeypatch.setattr(openmp_waiting, "applied", {})
+    assert cpu.vllm.environment()["OMP_WAIT_POLICY"] == "ACTIVE"
     assert cpu.vllm.command(1)[cpu.vllm.command(1).index("--model") + 1] == str(tiny_path)
     assert (
         cpu.vllm.environment()["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"

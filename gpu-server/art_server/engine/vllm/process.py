@@ -26,6 +26,7 @@ from pathlib import Path
 
 import httpx
 
+from ...core import openmp_waiting
 from ...core.config import ServerConfig
 from ...core.faults import take_once
 from ...core.process import ALL_CORES, die_with_parent
@@ -161,7 +162,8 @@ class VLLMProcess:
         return [*argv, *placed, *shlex.split(config.vllm_args)]
 
     def environment(self) -> dict[str, str]:
-        env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+        env = {k: v for k, v in os.environ.items() if k not in openmp_waiting.applied}  # vLLM sets its own threads up
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         env.setdefault("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", str(KEEP_ALIVE_S))  # longer than the client keeps one (client.py)
         if self.sleep_mode:
             env["VLLM_SERVER_DEV_MODE"] = "1"  # the /sleep and /wake_up routes
