@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -73,44 +74,38 @@ def model_sizes(path: Path) -> dict[str, int]:
     for f in sorted(path.glob("*.safetensors")):
         with safe_open(str(f), "pt") as st:
             for key in st.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
-                n = st.get_slice(key).get_shape()
-                count = 1
-                for d in n:
-                    count *= d
+                count = math.prod(st.get_slice(key).get_shape())
                 total += count
                 if key.endswith("embed_tokens.weight"):
                     embedding = count
     return {"params": total, "embedding": embedding}
 
 
-def chat(client: Any, model: str, messages: list[dict], max_tokens: int, seed: int) -> dict:
-    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 1.0, "seed": seed}
-    r = client.post("/v1/chat/completions", json=body)
-    assert r.status_code == 200, r.text
-    return r.json()
-
-
 def decode_round(client: Any, pool: ThreadPoolExecutor, model: str, level: int, max_tokens: int, seed: int) -> float:
     """`level` requests at a time, 2 x level in all: generated tokens per second of wall time."""
+    from rl import sample
+
     started = time.perf_counter()
-    out = list(pool.map(lambda i: chat(client, model, STORY, max_tokens, seed + i), range(2 * level)))
+    out = list(pool.map(lambda i: sample(client, model, STORY, 1, max_tokens, seed=seed + i), range(2 * level)))
     tokens = sum(r["usage"]["completion_tokens"] for r in out)
     return tokens / (time.perf_counter() - started)
 
 
 def prefill_rate(client: Any, model: str, repeats: int) -> float:
+    from rl import sample
+
     rates = []
     for k in range(repeats + 1):
         # A new prompt each time (nothing of it cached), about 400 tokens.
         text = f"Note {k}: " + " ".join(f"item {k}-{i} is on shelf {i % 7}." for i in range(40))
         started = time.perf_counter()
-        r = chat(client, model, [{"role": "user", "content": text}], 1, k)
+        r = sample(client, model, [{"role": "user", "content": text}], 1, 1, seed=k)
         if k:
             rates.append(r["usage"]["prompt_tokens"] / (time.perf_counter() - started))
     return statistics.median(rates)
 
 
-def grpo_steps(client: Any, pool: ThreadPoolExecutor, model: str, steps: int) -> list[dict]:
+def grpo_steps(client: Any, model: str, steps: int) -> list[dict]:
     from rl import board_prompt, choice_item, sample, step
 
     rows = []
@@ -226,7 +221,7 @@ def measure_server(a: argparse.Namespace, path: Path, out_dir: Path, setting: st
             for name in ("roofline-a", "roofline-b"):
                 r = client.post("/v1/art/models/register", json={"name": name, "project": "roofline", "base_model": MODEL})
                 assert r.status_code == 200, r.text
-            grpo = grpo_steps(client, pool, "roofline-a", a.grpo_steps)
+            grpo = grpo_steps(client, "roofline-a", a.grpo_steps)
             sft, sft_tokens = sft_steps(client, "roofline-b", AutoTokenizer.from_pretrained(path), a.sft_repeats)
             decode_round(client, pool, "roofline-a", 4, 16, 0)  # warm-up
             for k in range(a.rounds):
