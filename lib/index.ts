@@ -49,7 +49,7 @@ export {
 export { trainLoop, type TrainLoopOptions, type TrainLoopResult } from "./notebook/loop";
 
 // History: a model's metrics, as rows and as a danfo DataFrame.
-export { type HistoryColumns, historyColumns, type HistoryFrame, historyFrame } from "./client/history-frame";
+export { type HistoryFrame, historyFrame } from "./client/history-frame";
 export { type BestStep, bestStep } from "./client/best-step";
 
 // Capture: a rollout's calls through any OpenAI-compatible client, recorded into its trajectory.
@@ -61,19 +61,19 @@ export { DEFAULT_RUBRIC, JudgeOutputError, type JudgeScores, type RulerOptions, 
 export { recordJudgeUsage } from "./integrations/judge-cost";
 export type { JudgeUsage, TokenPricing } from "./core/judge-usage";
 export { type McpClientLike, type McpStdioOptions, type McpToolInfo, type McpToolResult, McpTools } from "./integrations/mcp-tools";
-export { type GenerateScenariosOptions, generateScenarios, generatorMessages, type Scenario, ScenarioGenerationError, type ScenarioProgress } from "./integrations/scenarios";
+export { type GenerateScenariosOptions, generateScenarios, type Scenario, ScenarioGenerationError, type ScenarioProgress } from "./integrations/scenarios";
 export {
   downloadFromHub, type DownloadFromHubOptions, pushToHub, type PushToHubOptions, type PushToHubResult,
 } from "./integrations/hub";
 
 // The notebook helpers: parameters, connecting, a turn, evaluation, charts and views, randomness, tags.
-export { notebookParams, ParameterError, type ParamValue, smokeRun } from "./notebook/params";
+export { notebookParams, ParameterError, type ParamValue } from "./notebook/params";
 export { type ConnectedBackend, connectBackend, type ConnectOptions } from "./notebook/connect";
 export { type ScriptedReply, takeTurn, turnDemonstrations } from "./notebook/turn";
 export { warmStart } from "./notebook/warm-start";
 export { type EvalResult, type EvalSummary, evaluate, showComparison, summarize } from "./notebook/evaluate";
-export { type Interval95, interval95, studentT95, wilson95 } from "./notebook/interval";
-export { evalInterval, reportResults, type ReportOptions, type RunResults } from "./notebook/run-results";
+export { type Interval95, interval95 } from "./notebook/interval";
+export { reportResults, type ReportOptions, type RunResults } from "./notebook/run-results";
 export { type ChartMark, historyFigure, type HistoryInput, plotHistory, type PlotHistoryOptions } from "./notebook/history-plot";
 export {
   showTrajectory, showTrajectoryGroup, trajectoryHtml, trajectoryText, type TrajectoryViewOptions,
@@ -83,7 +83,7 @@ export { extractTag, parseTagged, type TagParse } from "./notebook/tags";
 
 // Showing things in a notebook (with terminal fallbacks).
 export {
-  clearOutput, displayBundle, DisplayHandle, inNotebook, JUPYTER_DISPLAY, type MimeBundle, showsAs, withRichView,
+  clearOutput, displayBundle, DisplayHandle, inNotebook, type MimeBundle, showsAs, withRichView,
 } from "./display/output";
 export { type PlotlyFigure, showPlotly } from "./display/plotly";
 export { showTable, type TableDigits, type TableInput } from "./display/table";

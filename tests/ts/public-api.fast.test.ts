@@ -16,13 +16,13 @@ const VALUES = [
   "GatherError", "Trajectory", "TrajectoryGroup", "gatherTrajectories", "gatherTrajectoryGroups", "isSampledChoice", "retry",
   "trainLoop", "trainPipeline",
   // history, capture, integrations
-  "bestStep", "historyColumns", "historyFrame", "currentTrajectory", "recordingFetch",
-  "DEFAULT_RUBRIC", "JudgeOutputError", "McpTools", "ScenarioGenerationError", "generateScenarios", "generatorMessages", "downloadFromHub", "pushToHub", "recordJudgeUsage", "rulerScoreGroup",
+  "bestStep", "historyFrame", "currentTrajectory", "recordingFetch",
+  "DEFAULT_RUBRIC", "JudgeOutputError", "McpTools", "ScenarioGenerationError", "generateScenarios", "downloadFromHub", "pushToHub", "recordJudgeUsage", "rulerScoreGroup",
   // notebook helpers and display
   "ParameterError", "connectBackend", "evaluate", "extractTag", "historyFigure", "notebookParams", "parseTagged", "plotHistory",
-  "randomChoice", "randomInt", "rng", "showComparison", "showTrajectory", "showTrajectoryGroup", "shuffled", "smokeRun", "summarize",
-  "takeTurn", "turnDemonstrations", "warmStart", "evalInterval", "interval95", "reportResults", "studentT95", "wilson95", "trajectoryHtml", "trajectoryText",
-  "DisplayHandle", "JUPYTER_DISPLAY", "ProgressLine", "clearOutput", "displayBundle", "inNotebook", "notice", "showPlotly",
+  "randomChoice", "randomInt", "rng", "showComparison", "showTrajectory", "showTrajectoryGroup", "shuffled", "summarize",
+  "takeTurn", "turnDemonstrations", "warmStart", "interval95", "reportResults", "trajectoryHtml", "trajectoryText",
+  "DisplayHandle", "ProgressLine", "clearOutput", "displayBundle", "inNotebook", "notice", "showPlotly",
   "showTable", "showsAs", "withRichView",
   // errors
   "ArtError", "BackendClosedError", "BadTrajectoryError", "ConfigurationError", "HubError", "MissingDependencyError",
@@ -38,7 +38,7 @@ const TYPES = [
   "MessageOrChoice", "MessageParam", "SampledChoice", "SamplingParams", "ToolParam", "TrajectoryInit", "TrajectorySource",
   "GatherOptions", "GatherProgress", "RetryOptions", "PipelineEvalEvent", "PipelineOptions", "PipelineResult", "PipelineState",
   "PipelineStepEvent", "PipelineTrainEvent", "StageProgress", "TrainingProgress", "TrainLoopOptions", "TrainLoopResult",
-  "BestStep", "HistoryColumns", "HistoryFrame", "RecordingFetchOptions", "RecordedRequest", "JudgeScores", "JudgeUsage", "RulerOptions", "TokenPricing",
+  "BestStep", "HistoryFrame", "RecordingFetchOptions", "RecordedRequest", "JudgeScores", "JudgeUsage", "RulerOptions", "TokenPricing",
   "McpClientLike", "McpStdioOptions", "McpToolInfo", "McpToolResult", "GenerateScenariosOptions", "Scenario", "ScenarioProgress", "DownloadFromHubOptions", "PushToHubOptions",
   "PushToHubResult", "ParamValue", "ConnectOptions", "ConnectedBackend", "ScriptedReply", "EvalResult", "EvalSummary",
   "Interval95", "ReportOptions", "RunResults",
@@ -71,7 +71,8 @@ test("the listed values are there at run time, and nothing else is", () => {
 
 test("the internal helpers stay behind the door", () => {
   for (const name of ["camelCase", "snakeCase", "editDistance", "nearestName", "envName", "onPath", "repositoryRoot",
-    "escapeHtml", "eventJson", "partsText", "SseAccumulator", "smooth", "joinSignals", "parseOptions", "checkTrainOptions"]) {
+    "escapeHtml", "eventJson", "partsText", "SseAccumulator", "smooth", "joinSignals", "parseOptions", "checkTrainOptions",
+    "generatorMessages", "JUPYTER_DISPLAY", "studentT95", "wilson95", "evalInterval", "smokeRun", "historyColumns"]) {
     assert.ok(!(name in art), `${name} is exported`);
   }
 });

@@ -5,7 +5,8 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { describe, it } from "node:test";
-import { interval95, reportResults, studentT95, summarize, Trajectory, wilson95, type EvalResult } from "../../../lib/index";
+import { interval95, reportResults, summarize, Trajectory, type EvalResult } from "../../../lib/index";
+import { studentT95, wilson95 } from "../../../lib/notebook/interval";
 
 describe("studentT95", () => {
   it("matches the published two-sided 95% quantiles within 0.001", () => {
