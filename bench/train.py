@@ -19,6 +19,8 @@
    --train-devices cpu:1).
 
 Raw data: .artifacts/bench/train.json (ranks: train-ranks.json, placements: train-placements.json)
+
+Over 400 lines: one benchmark's two parts share its set-up, and its table is printed from both.
 """
 
 from __future__ import annotations

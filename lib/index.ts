@@ -25,27 +25,28 @@
 export { type Backend, type ForkCheckpointOptions, RemoteBackend, type RemoteBackendOptions } from "./client/backend";
 export { LocalBackend, type LocalBackendOptions } from "./client/local-backend";
 export { DEFAULT_BASE_MODEL } from "./client/base-model";
-export {
-  type ChatModel, type Conversation, Model, type ModelOptions, type SamplingThroughput, type StaleGroupCounts, TrainableModel,
-  type TrainableModelOptions, type TrainOptions, type TrainSftOptions,
-} from "./client/model";
+export { type ChatModel, Model, type ModelOptions } from "./client/chat-model";
+export { TrainableModel, type TrainableModelOptions } from "./client/model";
+export { type Conversation, type SamplingThroughput, type StaleGroupCounts, type TrainOptions, type TrainSftOptions } from "./client/train-inputs";
 export type { GrpoConfig, LoraConfig, SftConfig, TrainConfig } from "./core/config";
 export type { DeleteCheckpointsResult, ForkOrigin, HistoryRow, RegisteredModel, ReporterStatus, StepMetrics, TrainEvent, TrainResult, Tracker } from "./core/results";
 
 // Trajectories: what a rollout records, and the groups GRPO compares.
 export {
-  isSampledChoice, type MessageOrChoice, type MessageParam, type SampledChoice, type SamplingParams, type ToolParam, Trajectory,
+  isSampledChoice, type MessageOrChoice, type MessageParam, type SampledChoice, type ToolParam, Trajectory,
   TrajectoryGroup, type TrajectoryInit, type TrajectorySource,
 } from "./core/trajectory";
+export type { SamplingParams } from "./core/sampling-params";
 
 // Running rollouts in parallel, and training: one step, the pipeline, the notebook's loop.
 export {
   GatherError, type GatherOptions, type GatherProgress, gatherTrajectories, gatherTrajectoryGroups, retry, type RetryOptions,
 } from "./client/gather";
+export { trainPipeline } from "./client/pipeline";
 export {
   type PipelineEvalEvent, type PipelineOptions, type PipelineResult, type PipelineState, type PipelineStepEvent,
-  type PipelineTrainEvent, type StageProgress, trainPipeline, type TrainingProgress,
-} from "./client/pipeline";
+  type PipelineTrainEvent, type StageProgress, type TrainingProgress,
+} from "./client/pipeline-options";
 export { trainLoop, type TrainLoopOptions, type TrainLoopResult } from "./notebook/loop";
 
 // History: a model's metrics, as rows and as a danfo DataFrame.

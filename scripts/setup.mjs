@@ -9,6 +9,7 @@
 //      (Linux x86-64 with AVX-512). What the machine has: gpu-server/art_server/hardware.py.
 // Each step prints what it does; a failing step says which one failed and how to fix it.
 // Only Node built-ins are used here: this script runs before `npm ci`.
+// Over 400 lines: one step after another in the order they run, each short; split, the order would be spread over files.
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import fs from "node:fs";

@@ -1,6 +1,9 @@
 """Data-parallel training on torch.distributed (gloo, CPU): a server with 2 trainer ranks against the
 single-process server on the same batch; a rank that errors, dies or hangs; bad configurations;
-two "nodes" (separate process trees joined over 127.0.0.1); and the learning test on 2 ranks."""
+two "nodes" (separate process trees joined over 127.0.0.1); and the learning test on 2 ranks.
+
+Over 400 lines: its tests share a 2-rank server (starting the ranks is most of their cost).
+"""
 
 from __future__ import annotations
 

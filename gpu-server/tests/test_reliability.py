@@ -4,7 +4,10 @@ leaves the adapter and its optimizer bit for bit as a clean run has them), bad i
 requests cannot stall the server, concurrent use gives no 500, and a step's history survives a
 crash right after its checkpoint. Every case also appends a row to the probe table (probe.py).
 The second round (issue 21) is in test_durability.py, test_untrusted_clients.py and
-test_input_bounds.py."""
+test_input_bounds.py.
+
+Over 400 lines: one module per story (issue 14's cases against one server); its cases share the probe table and the server fixture.
+"""
 
 from __future__ import annotations
 

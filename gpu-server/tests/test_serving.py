@@ -1,4 +1,7 @@
-"""The serving API of the real server process, over HTTP, on builtin:tiny."""
+"""The serving API of the real server process, over HTTP, on builtin:tiny.
+
+Over 400 lines: the serving API's tests share one server; split, each file would start its own.
+"""
 
 from __future__ import annotations
 

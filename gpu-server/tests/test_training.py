@@ -1,5 +1,8 @@
 """Training over HTTP on builtin:tiny, as the client drives it: registration and checkpoints on disk,
-GRPO steps, SFT, serving during training, history, and checkpoint deletion."""
+GRPO steps, SFT, serving during training, history, and checkpoint deletion.
+
+Over 400 lines: the training API's tests share one server and its registered models; split, each file would start its own.
+"""
 
 from __future__ import annotations
 

@@ -5,7 +5,10 @@ CUDA build; sleep/wake (CUDA-only in vLLM) is tested against the stand-in in tes
 
 Prompts are rendered by the server (chat_frontend.py) and sent to vLLM as token ids, so the prompt
 ids, tool calls and logprobs are what the trainer sees: the GRPO step's first gradient step reports
-how far its logprobs are from vLLM's (`sampler_logprob_diff_*`)."""
+how far its logprobs are from vLLM's (`sampler_logprob_diff_*`).
+
+Over 400 lines: its tests share one vLLM process for the module (a vLLM start costs about a minute); split, each part would start its own.
+"""
 
 from __future__ import annotations
 

@@ -10,20 +10,9 @@ import type OpenAI from "openai";
 import { SampleFields } from "../core/wire";
 import type { RecordedRequest } from "./rollout-context";
 import { SseAccumulator } from "./sse-accumulator";
+import type { StreamRecorder } from "./stream-recorder";
 
 type ChatCompletion = OpenAI.Chat.Completions.ChatCompletion;
-
-/** Reads a streamed answer as it passes and says what chat completion it described. */
-export interface StreamRecorder {
-  /** Feeds the next piece of the stream's text. */
-  push(text: string): void;
-  /** The completion, once the stream ended; undefined when it carried an error or was cut short. */
-  finish(): ChatCompletion | undefined;
-  /** An error the stream carried, if any. */
-  readonly error: string | undefined;
-  /** The stream's last event (or an error) has been read: the answer is known. */
-  readonly complete: boolean;
-}
 
 /** One API's requests and answers, as the recording fetch needs them. */
 export interface Dialect {

@@ -8,7 +8,8 @@
  */
 import type OpenAI from "openai";
 import { MessageBlock, MessageObject } from "../core/wire";
-import { completionOf, partsText, type Dialect, type StreamRecorder } from "./dialect";
+import { completionOf, partsText, type Dialect } from "./dialect";
+import type { StreamRecorder } from "./stream-recorder";
 import type { RecordedRequest } from "./rollout-context";
 import { eventJson, SseEvents } from "./sse-events";
 

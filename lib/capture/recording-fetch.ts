@@ -7,7 +7,8 @@
  * @module
  */
 import type OpenAI from "openai";
-import { chatDialect, type Dialect, type StreamRecorder } from "./dialect";
+import { chatDialect, type Dialect } from "./dialect";
+import type { StreamRecorder } from "./stream-recorder";
 import { messagesDialect } from "./messages-dialect";
 import { ResponsesDialect } from "./responses-dialect";
 import { debugLog, startCall } from "./rollout-context";

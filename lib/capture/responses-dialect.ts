@@ -12,7 +12,8 @@
  */
 import type OpenAI from "openai";
 import { ResponseObject, ResponseOutputItem } from "../core/wire";
-import { completionOf, partsText, type AnswerToolCall, type Dialect, type StreamRecorder } from "./dialect";
+import { completionOf, partsText, type AnswerToolCall, type Dialect } from "./dialect";
+import type { StreamRecorder } from "./stream-recorder";
 import type { RecordedRequest } from "./rollout-context";
 import { eventJson, SseEvents } from "./sse-events";
 

@@ -6,7 +6,7 @@
  * @module
  */
 import type OpenAI from "openai";
-import type { StreamRecorder } from "./dialect";
+import type { StreamRecorder } from "./stream-recorder";
 import { eventJson, SseEvents } from "./sse-events";
 
 type ChatCompletion = OpenAI.Chat.Completions.ChatCompletion;

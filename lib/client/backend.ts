@@ -13,7 +13,6 @@ import {
 import { httpUrlOption, parseOptions } from "../core/options";
 import type { RegisteredModel } from "../core/results";
 import { ErrorBody, type ForkBody, ModelInfo, type StreamLine, TrainLine } from "../core/wire";
-import type { TrainableModel } from "./model";
 
 /** What models need from a backend. */
 export interface Backend {
@@ -171,7 +170,10 @@ export class RemoteBackend implements Backend {
    * await backend.forkCheckpoint(branch, { fromModel: "agent", notAfterStep: 20 });
    * ```
    */
-  async forkCheckpoint(model: TrainableModel, options: ForkCheckpointOptions): Promise<RegisteredModel> {
+  // `model` is a TrainableModel registered here; named by its shape so that this file need not import
+  // model.ts, which imports it.
+  async forkCheckpoint(model: { readonly name: string; readonly backend: Backend; getStep(): Promise<number> },
+    options: ForkCheckpointOptions): Promise<RegisteredModel> {
     const { fromModel, fromProject, notAfterStep, overwrite } = parseOptions("backend.forkCheckpoint", ForkCheckpointOptionsSchema, options);
     if (model.backend !== this) {
       throw new ModelNotRegisteredError(`backend.forkCheckpoint: model ${model.name} is registered on another backend; ` +

@@ -1,154 +1,34 @@
 /**
- * Models: `TrainableModel` (a LoRA trained on a backend, served as `name@step`) and `Model` (one
- * that is only called, e.g. an OpenAI model as a baseline). Rollout code takes either.
- * @module
+ * `TrainableModel`: a LoRA trained on a backend, served as `name@step` (`Model`, chat-model.ts, is
+ * only called; rollout code takes either). What its training calls take: train-inputs.ts. @module
  */
-import fs from "node:fs";
 import OpenAI from "openai";
 import { z } from "zod";
 import { recordingFetch } from "../capture/recording-fetch";
 import { runRollout } from "../capture/rollout-context";
-import { type LoraConfig, LoraConfigSchema, type SftConfig, SftConfigSchema, type GrpoConfig, GrpoConfigSchema } from "../core/config";
+import { type LoraConfig, LoraConfigSchema } from "../core/config";
 import {
   deleteCheckpointsFromWire, historyRowFromWire, loraToWire, metricNameToWire, registeredModelFromWire, sftConfigToWire,
   trainConfigToWire, trainEventFromWire,
 } from "../core/convert";
-import { BadTrajectoryError, ConfigurationError, ModelNotRegisteredError, ServerProtocolError, ServerUnreachableError, StoppedError } from "../core/errors";
-import { judgeUsageToWire, type TokenPricing } from "../core/judge-usage";
-import { functionOption, httpUrlOption, parseOptions, safeNameOption } from "../core/options";
+import { BadTrajectoryError, ModelNotRegisteredError, ServerProtocolError, ServerUnreachableError, StoppedError } from "../core/errors";
+import { judgeUsageToWire } from "../core/judge-usage";
+import { parseOptions, safeNameOption } from "../core/options";
 import type { DeleteCheckpointsResult, HistoryRow, RegisteredModel, StepMetrics, Tracker, TrainEvent, TrainResult } from "../core/results";
-import { Trajectory, type MessageParam, type ToolParam, type TrajectoryGroup, type TrajectoryInit } from "../core/trajectory";
+import { Trajectory, type TrajectoryGroup, type TrajectoryInit } from "../core/trajectory";
 import { ConversationWire, DeleteCheckpointsWire, HistoryRowWire, ModelInfo, type DeleteCheckpointsBody, type LogBody, type RegisterBody, type SftBody, type TrainBody } from "../core/wire";
 import { notice } from "../display/notice";
 import { ProgressLine } from "../display/progress-line";
 import type { Backend } from "./backend";
 import { DEFAULT_BASE_MODEL } from "./base-model";
-import { SplitMetricSchema, splitMetric } from "./best-step";
+import { splitMetric } from "./best-step";
 import { currentCallScope, joinSignals, withCallScope } from "./call-scope";
+import type { ChatModel } from "./chat-model";
 import { historyFrame, type HistoryFrame } from "./history-frame";
-
-/** A conversation to learn from with SFT. */
-export interface Conversation {
-  /** The messages, ending with the assistant turn(s) to learn. */
-  messages: MessageParam[];
-  /** The tools offered in it (OpenAI tool definitions). */
-  tools?: ToolParam[];
-}
-
-function readJsonl(file: string): Conversation[] {
-  let text: string;
-  try {
-    text = fs.readFileSync(file, "utf8");
-  } catch (error) {
-    throw new BadTrajectoryError(`model.trainSft: cannot read ${file} (${(error as NodeJS.ErrnoException).code ?? String(error)})`);
-  }
-  return text.split("\n").filter((l) => l.trim()).map((line, i) => {
-    try {
-      return JSON.parse(line) as Conversation;
-    } catch (error) {
-      throw new BadTrajectoryError(`${file}, line ${i + 1}: not JSON (${(error as Error).message})`);
-    }
-  });
-}
-
-/** What rollout code needs of any model. */
-export interface ChatModel {
-  /** The model name to send in requests. */
-  inferenceName(step?: number): string;
-  /** An OpenAI client for it (its calls are recorded inside {@link ChatModel.rollout}). */
-  openai(): OpenAI;
-  /** The OpenAI-compatible base URL, ending in `/v1`, for frameworks that take one. */
-  readonly baseURL: string;
-  /** The API key (bearer token) for that URL. */
-  readonly apiKey: string;
-  /**
-   * The fetch to give a framework with the base URL: inside `rollout` it records every chat
-   * completion into the rollout's trajectory (on a TrainableModel with token ids and logprobs).
-   */
-  readonly fetch: typeof fetch;
-  /**
-   * Runs agent code in a rollout: every chat completion sent through this model's `fetch` or
-   * `openai()` client while `fn` runs (in its async calls, not in parallel rollouts) is recorded
-   * into a new trajectory, which it resolves with. Set `t.reward` (and metrics) in `fn`.
-   */
-  rollout(fn: (trajectory: Trajectory) => unknown, init?: TrajectoryInit): Promise<Trajectory>;
-  /** Its price per million tokens, when it is a judge whose calls should be priced ({@link Model}'s option). */
-  readonly pricing?: TokenPricing;
-}
-
-/** Options of a plain {@link Model}. */
-export interface ModelOptions {
-  /** The model id the endpoint knows (e.g. `gpt-4.1-mini`). */
-  name: string;
-  /** An OpenAI-compatible endpoint (default: OpenAI's). */
-  baseURL?: string;
-  /** Its API key. */
-  apiKey?: string;
-  /**
-   * Its price per million tokens (US dollars): as a judge ({@link rulerScoreGroup}), its calls are
-   * then priced from their token usage and each step records `judgeCostUsd`.
-   */
-  pricing?: TokenPricing;
-}
-
-const perMillion = z.number().finite().min(0).max(100_000);
-const ModelOptionsSchema = z.object({
-  name: z.string().min(1),
-  baseURL: httpUrlOption.optional(),
-  apiKey: z.string().optional(),
-  pricing: z.object({ inputPerMillionUsd: perMillion, outputPerMillionUsd: perMillion }).strict().optional(),
-}).strict();
-
-/**
- * A model that is not trained here: OpenAI, or any OpenAI-compatible endpoint, as a baseline.
- * `Model.fromEnv()` reads `ART_BASELINE_MODEL`, `ART_BASELINE_BASE_URL` and `ART_BASELINE_API_KEY`
- * (falling back to `OPENAI_API_KEY`).
- */
-export class Model implements ChatModel {
-  /** The model name sent with each request. */
-  readonly name: string;
-  readonly baseURL: string;
-  readonly apiKey: string;
-  /** Records calls inside {@link Model.rollout} as plain assistant messages (another endpoint returns no token ids). */
-  readonly fetch: typeof fetch;
-  /** Its price per million tokens, if given. */
-  readonly pricing: TokenPricing | undefined;
-  private readonly client: OpenAI;
-
-  constructor(options: ModelOptions) {
-    parseOptions("new Model", ModelOptionsSchema, options);
-    this.name = options.name;
-    this.pricing = options.pricing;
-    this.baseURL = (options.baseURL ?? "https://api.openai.com/v1").replace(/\/+$/, "");
-    this.apiKey = options.apiKey ?? process.env.OPENAI_API_KEY ?? "unset";
-    this.fetch = recordingFetch({ owner: this, label: this.name, askForTokens: false });
-    this.client = new OpenAI({ apiKey: this.apiKey, baseURL: this.baseURL, fetch: this.fetch });
-  }
-
-  /**
-   * The model configured by `<prefix>_MODEL`, `<prefix>_BASE_URL` and `<prefix>_API_KEY` (default
-   * prefix `ART_BASELINE`; the cookbook also reads `ART_GENERATOR` and `ART_JUDGE`), or null when
-   * `<prefix>_MODEL` is unset.
-   */
-  static fromEnv(prefix = "ART_BASELINE", env: NodeJS.ProcessEnv = process.env): Model | null {
-    if (!/^[A-Z][A-Z0-9_]*$/.test(prefix)) throw new ConfigurationError(`Model.fromEnv: prefix ${JSON.stringify(prefix)} is not an environment variable name (e.g. "ART_JUDGE")`);
-    const name = env[`${prefix}_MODEL`];
-    if (!name) return null;
-    return new Model({ name, baseURL: env[`${prefix}_BASE_URL`] || undefined, apiKey: env[`${prefix}_API_KEY`] || undefined });
-  }
-
-  inferenceName(): string {
-    return this.name;
-  }
-
-  openai(): OpenAI {
-    return this.client;
-  }
-
-  rollout(fn: (trajectory: Trajectory) => unknown, init?: TrajectoryInit): Promise<Trajectory> {
-    return runRollout(this, fn, init);
-  }
-}
+import {
+  checkTrainOptions, type Conversation, DeleteCheckpointsOptionsSchema, LogOptionsSchema, readJsonl, toWireGroups, type TrainOptions,
+  type TrainSftOptions, TrainSftOptionsSchema,
+} from "./train-inputs";
 
 /** Options of a {@link TrainableModel}. */
 export interface TrainableModelOptions {
@@ -192,76 +72,6 @@ const TrainableModelOptionsSchema = z.object({
   gpuCostPerHourUsd: z.number().min(0).max(MAX_PRICE_PER_HOUR).finite().optional(),
   report: z.array(z.enum(["wandb", "trackio"])).max(2).optional(),
   reportTrajectories: z.number().int().min(0).max(MAX_REPORTED_TRAJECTORIES).optional(),
-}).strict();
-
-/** Options of {@link TrainableModel.train} beyond the GRPO config. */
-export interface TrainOptions extends GrpoConfig {
-  /** Keep serving the previous step while this one trains (default: requests wait for the new one). */
-  servePreviousDuringTraining?: boolean;
-  /** Show a progress line (default true). */
-  progress?: boolean;
-  /** Each line the server streams (start, progress, warnings, result). */
-  onEvent?: (event: TrainEvent) => void;
-  /**
-   * Stops the step: the request ends with a {@link StoppedError} once the server has finished it
-   * (rolled back, unless it had already committed; the message says which).
-   */
-  signal?: AbortSignal;
-  /** How many groups a pipeline dropped or gathered again as stale before this step (recorded in the step's metrics). */
-  staleGroupCounts?: StaleGroupCounts;
-  /** How fast this step's rollouts sampled (recorded as `samplingTokensPerSecond`; `trainLoop` measures it). */
-  sampling?: SamplingThroughput;
-}
-
-/** The completion tokens a step's rollouts sampled, and the wall seconds their gathering took. */
-export interface SamplingThroughput {
-  /** Completion tokens sampled. */
-  tokens: number;
-  /** Wall seconds from the first rollout's start to the last one's end. */
-  seconds: number;
-}
-
-/** Groups a pipeline left out or gathered again before a step for being too far behind. */
-export interface StaleGroupCounts {
-  /** Groups dropped. */
-  dropped: number;
-  /** Groups gathered again. */
-  retried: number;
-}
-
-const TrainOptionsSchema = GrpoConfigSchema.extend({
-  servePreviousDuringTraining: z.boolean().optional(),
-  progress: z.boolean().optional(),
-  onEvent: functionOption<(event: TrainEvent) => void>().optional(),
-  signal: z.instanceof(AbortSignal, { message: "must be an AbortSignal" }).optional(),
-  staleGroupCounts: z.object({ dropped: z.number().int().min(0), retried: z.number().int().min(0) }).strict().optional(),
-  sampling: z.object({ tokens: z.number().int().min(0), seconds: z.number().min(0).finite() }).strict().optional(),
-}).strict();
-
-/** Checks the options of `model.train` for `call` (e.g. a loop that passes them on later). */
-export function checkTrainOptions(call: string, options: unknown): TrainOptions {
-  return parseOptions(call, TrainOptionsSchema, options);
-}
-
-/** Options of {@link TrainableModel.trainSft} beyond the SFT config. */
-export interface TrainSftOptions extends SftConfig {
-  /** Show a progress line (default true). */
-  progress?: boolean;
-  /** Each line the server streams. */
-  onEvent?: (event: TrainEvent) => void;
-}
-
-const TrainSftOptionsSchema = SftConfigSchema.extend({
-  progress: z.boolean().optional(),
-  onEvent: functionOption<(event: TrainEvent) => void>().optional(),
-}).strict();
-
-const LogOptionsSchema = z.object({
-  split: z.string().regex(/^[A-Za-z0-9 _.-]{1,64}$/, "must be 1-64 letters, digits, spaces, '.', '_' or '-'").optional(),
-  step: z.number().int().min(0).optional(),
-}).strict();
-const DeleteCheckpointsOptionsSchema = z.object({
-  keepBestBy: SplitMetricSchema.optional(),
 }).strict();
 
 /**
@@ -587,28 +397,4 @@ export class TrainableModel implements ChatModel {
     const Type = error.constructor as new (message: string, options: { cause: unknown }) => E;
     return new Type(`${error.message}. ${outcome}`, { cause: error });
   }
-}
-
-/** The wire groups, validated: names the group and trajectory at fault. `need`: what each trajectory must hold to train (a log needs nothing). */
-function toWireGroups(groups: TrajectoryGroup[], need: "sampled" | "or plain assistant messages" | false) {
-  if (!Array.isArray(groups)) throw new BadTrajectoryError("expected an array of TrajectoryGroup (e.g. the result of gatherTrajectoryGroups)");
-  if (!groups.length) throw new BadTrajectoryError("no groups to send: gather some rollouts first");
-  return groups.map((group, g) => {
-    if (!Array.isArray(group?.trajectories)) throw new BadTrajectoryError(`group ${g} is not a TrajectoryGroup`);
-    if (!group.trajectories.length) {
-      throw new BadTrajectoryError(`group ${g} has no finished trajectories${group.exceptions.length ? ` (${group.exceptions.length} rollouts threw)` : ""}`);
-    }
-    // A trajectory that cannot train (its agent never sampled) still counts in its group's baseline:
-    // its reward is sent, and the others' advantages are taken against it. A group of nothing but
-    // such trajectories is a mistake (completions not pushed): refused, naming the first.
-    const trains = (t: Trajectory) => t.choices().length > 0 ||
-      (need === "or plain assistant messages" && t.messages().some((m) => m.role === "assistant"));
-    if (need && !group.trajectories.some(trains)) {
-      const t = group.trajectories[0]!;
-      const answered = t.messages().some((m) => m.role === "assistant");
-      throw new BadTrajectoryError(`group ${g}, trajectory 0 has no sampled choices (nor has any other of its group): push the completions from model.openai() into it` +
-        (answered && need === "sampled" ? ", or train its plain assistant messages with allowTrainingWithoutLogprobs: true (scored by the policy at the step's start)" : ""));
-    }
-    return group.trajectories.map((t, i) => t.toWire(`group ${g}, trajectory ${i}`));
-  });
 }

@@ -7,7 +7,7 @@
 import type { GrpoConfig, LoraConfig, SftConfig } from "./config";
 import { camelCase, snakeCase } from "./options";
 import type { DeleteCheckpointsResult, HistoryRow, RegisteredModel, StepMetrics, TrainEvent } from "./results";
-import type { SamplingParams } from "./trajectory";
+import type { SamplingParams } from "./sampling-params";
 import type { DeleteCheckpointsWire, ModelInfo, SamplingWire, StreamLine } from "./wire";
 
 /** The server's own metric and event field names (store/history.py, trainer/). */

@@ -7,6 +7,7 @@ import type OpenAI from "openai";
 import { BadTrajectoryError } from "./errors";
 import type { JudgeUsage } from "./judge-usage";
 import { samplingFromWire, samplingToWire } from "./convert";
+import type { SamplingParams } from "./sampling-params";
 import { TokenFields, type TrajectoryWire } from "./wire";
 
 type ChatCompletion = OpenAI.Chat.Completions.ChatCompletion;
@@ -14,25 +15,6 @@ type ChatCompletion = OpenAI.Chat.Completions.ChatCompletion;
 export type MessageParam = OpenAI.Chat.Completions.ChatCompletionMessageParam;
 /** A tool definition as the OpenAI client takes it. */
 export type ToolParam = OpenAI.Chat.Completions.ChatCompletionFunctionTool;
-
-/** The sampling parameters a turn was drawn with, as the server recorded them. */
-export interface SamplingParams {
-  /** The temperature (0: greedy). */
-  readonly temperature: number;
-  /** Nucleus sampling's kept mass (1: off). */
-  readonly topP: number;
-  /** Top-k (0: off). */
-  readonly topK: number;
-  /** Min-p: tokens below this share of the likeliest token's probability were dropped (0: off). */
-  readonly minP: number;
-  /**
-   * True when `response_format` constrained it (a JSON schema enforced token by token): the trainer
-   * refuses such turns unless `allowConstrainedChoices` is set.
-   */
-  readonly constrained: boolean;
-  /** The engine that sampled it ("hf" or "vllm"). */
-  readonly engine: string;
-}
 
 /** An assistant turn sampled from the model, with what training needs. */
 export interface SampledChoice {

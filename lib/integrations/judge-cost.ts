@@ -5,7 +5,7 @@
  * @module
  */
 import type OpenAI from "openai";
-import type { ChatModel } from "../client/model";
+import type { ChatModel } from "../client/chat-model";
 import { addJudgeUsage, tokenCost } from "../core/judge-usage";
 import type { TrajectoryGroup } from "../core/trajectory";
 

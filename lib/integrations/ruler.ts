@@ -5,7 +5,7 @@
  */
 import type OpenAI from "openai";
 import { z } from "zod";
-import type { ChatModel } from "../client/model";
+import type { ChatModel } from "../client/chat-model";
 import { ArtError, ModelCallError } from "../core/errors";
 import { parseOptions } from "../core/options";
 import type { MessageParam, TrajectoryGroup } from "../core/trajectory";

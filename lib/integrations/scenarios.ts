@@ -7,7 +7,7 @@
  */
 import type OpenAI from "openai";
 import { z } from "zod";
-import type { ChatModel } from "../client/model";
+import type { ChatModel } from "../client/chat-model";
 import { ArtError, ModelCallError } from "../core/errors";
 import { functionOption, parseOptions } from "../core/options";
 import { ProgressLine } from "../display/progress-line";

@@ -4,8 +4,10 @@
  * @module
  */
 import { z } from "zod";
-import { checkTrainOptions, TrainableModel } from "../client/model";
-import { type PipelineOptions, PipelineOptionsSchema, type PipelineResult, type PipelineState, trainPipeline } from "../client/pipeline";
+import { TrainableModel } from "../client/model";
+import { checkTrainOptions } from "../client/train-inputs";
+import { trainPipeline } from "../client/pipeline";
+import { type PipelineOptions, PipelineOptionsSchema, type PipelineResult, type PipelineState } from "../client/pipeline-options";
 import { StoppedError } from "../core/errors";
 import { parseOptions } from "../core/options";
 import type { HistoryRow } from "../core/results";

@@ -5,7 +5,8 @@
  * answer on the exact prompt it was sampled from) or a scripted player (a function).
  * @module
  */
-import type { ChatModel, Conversation } from "../client/model";
+import type { ChatModel } from "../client/chat-model";
+import type { Conversation } from "../client/train-inputs";
 import { ModelCallError } from "../core/errors";
 import type { Trajectory } from "../core/trajectory";
 

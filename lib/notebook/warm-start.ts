@@ -4,7 +4,8 @@
  * who re-runs cells in another order never trains the demonstrations into an RL checkpoint twice.
  * @module
  */
-import type { Conversation, TrainableModel, TrainSftOptions } from "../client/model";
+import type { TrainableModel } from "../client/model";
+import type { Conversation, TrainSftOptions } from "../client/train-inputs";
 import type { TrainResult } from "../core/results";
 
 /**

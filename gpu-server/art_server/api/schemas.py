@@ -1,6 +1,8 @@
 """Request and response models of the HTTP API (pydantic), in one place.
 
 The TypeScript side mirrors these with zod (lib/core/wire.ts); tests keep the two in step.
+
+Over 400 lines: the whole wire contract in one place, the file lib/core/wire.ts mirrors and tests compare model by model.
 """
 
 from __future__ import annotations

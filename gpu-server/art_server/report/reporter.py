@@ -16,7 +16,8 @@ from ..store.atomic import write_json
 from ..store.history import read_history
 from ..store.layout import ModelPaths
 from .rows import row_metrics, trajectory_sample
-from .sink import RunSpec, Sink, Tracker, open_sink
+from .run_spec import RunSpec
+from .sink import Sink, Tracker, open_sink
 
 log = logging.getLogger(__name__)
 

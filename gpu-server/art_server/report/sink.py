@@ -3,25 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal, Protocol
+
+from .run_spec import RunSpec
 
 Tracker = Literal["wandb", "trackio"]
 TRACKERS: tuple[Tracker, ...] = ("wandb", "trackio")
 INSTALL_HINT = "pip install 'art-server[tracking]' on the server's machine (npm run setup does it)"
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """The tracker run of one trainable model."""
-
-    project: str
-    name: str  # the model's name: the run's display name
-    run_id: str  # stable across restarts: the run resumes instead of starting over
-    resume: bool  # the run was opened before (its reporter has state)
-    config: dict[str, Any]
-    root: Path  # the model's folder (W&B's files go under it unless WANDB_DIR says otherwise)
 
 
 class Sink(Protocol):

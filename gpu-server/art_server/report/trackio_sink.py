@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from .rows import TABLE_COLUMNS
-from .sink import RunSpec
+from .run_spec import RunSpec
 
 
 class TrackioSink:

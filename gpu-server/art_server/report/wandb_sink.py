@@ -7,7 +7,7 @@ import os
 from typing import Any, cast
 
 from .rows import TABLE_COLUMNS
-from .sink import RunSpec
+from .run_spec import RunSpec
 
 STEP = "training_step"  # the x axis of every metric: the model's step, not W&B's own log counter
 

@@ -20,17 +20,28 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..core.faults import fail_once
 from ..engine.base import Engine
 from ..store.history import append_row, link_step_trajectories, trajectory_rows
 from ..trainer.guard import Snapshot, StepGuard, restore, take_snapshot
+from ..trainer.lora import LoraHost
 from .optimizer_phase import reset, starts_fresh
+from .reporting import ReportingService
 from .trainable import TrainableModel, save_step
 
-if TYPE_CHECKING:
-    from .training import TrainingService
+
+class StepService(Protocol):
+    """What a step needs of the training service (service/training.py) that runs it."""
+
+    @property
+    def lora(self) -> LoraHost: ...
+
+    reports: ReportingService
+
+    async def serve_step(self, model: TrainableModel, step: int) -> float: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +73,7 @@ class StepTransaction:
 
     def __init__(
         self,
-        service: TrainingService,
+        service: StepService,
         model: TrainableModel,
         engine: Engine,
         plan: StepPlan,

@@ -74,6 +74,24 @@ def make_optimizer(host: LoraHost, slot: str) -> torch.optim.Optimizer:
     return torch.optim.AdamW(host.parameters(slot), lr=1e-5, betas=(0.9, 0.99), weight_decay=0.0)
 
 
+def registration_conflict(existing: TrainableModel, project: str, base_model: str, lora: LoraSpec | None) -> str | None:
+    """Why registering `existing.name` again with these values cannot resume it (None: it can)."""
+    name = existing.name
+    if existing.base_model != base_model:
+        return (
+            f"model {existing.project}/{name} is registered on this server with base model "
+            f"{existing.base_model!r}, not {base_model!r}; pick another name for a model on another base model"
+        )
+    if existing.project != project:
+        return (
+            f"this server already serves a model named {name!r} in project {existing.project!r}; "
+            "model names must be unique per server"
+        )
+    if lora is not None and vars(lora) != vars(existing.lora):
+        return f"model {project}/{name} is registered with LoRA config {vars(existing.lora)}"
+    return None
+
+
 def register(
     host: LoraHost, data_dir: Path, name: str, project: str, base_model: str, lora: LoraSpec | None, slot: str
 ) -> tuple[TrainableModel, bool]:

@@ -23,32 +23,25 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from ..chat.turn_end import end_of_turn_ids, generation_eos
-from ..core.names import adapter_key
 from ..core.provenance import check_groups
 from ..engine.base import Engine
 from ..store import checkpoints as ckpt
-from ..store.history import (
-    append_history,
-    group_metrics,
-    read_history,
-    write_trajectories,
-)
+from ..store.history import group_metrics, read_history
 from ..trainer.grpo import train_step
 from ..trainer.grpo_config import GRPOConfig
-from ..trainer.grpo_prepare import nothing_trained_reason, prepare
+from ..trainer.grpo_prepare import check_token_ids, nothing_trained_reason, prepare
 from ..trainer.grpo_start import stand_in_notice
 from ..trainer.lora import LoraHost, LoraSpec
-from ..trainer.ranks import RankPlan, RankPool
+from ..trainer.ranks import RankPlan
 from ..trainer.sequences import not_append_only_notice
 from ..trainer.sft import SFTConfig, sft_sequence, train_sft
-from ..trainer.sharding import shard_base, shard_elements
+from . import model_records
 from .reporting import ReportingService, ReportSettings, server_default
 from .step import StepPlan, StepTransaction
 from .step_adapters import StepAdapters
-from .trainable import RegistrationError, TrainableModel, register
+from .trainable import RegistrationError, TrainableModel, register, registration_conflict
+from .trainer_ranks import TrainerRanks
 
 log = logging.getLogger(__name__)
 
@@ -56,100 +49,31 @@ SLOT_PREFIX = "train"  # the PEFT adapter names of training slots (serving slots
 SERVED_STEPS = 4  # adapter steps of one model kept loaded for serving; older ones load on demand
 
 
-class TrainerHolder:
-    """The trainer's own copy of the base model, for engines that do not share theirs (vllm)."""
-
-    def __init__(self, path: Path, device: str):
-        from transformers import AutoModelForCausalLM
-
-        self.device = torch.device("cuda" if device in ("auto", "cuda") and torch.cuda.is_available() else "cpu")
-        dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
-        self.model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, local_files_only=True).to(self.device)  # pyright: ignore[reportArgumentType]  (transformers' stubs type .to() oddly)
-
-
 class TrainingService:
     def __init__(self, manager: Any):
         self.manager = manager  # ModelManager: the engine, served adapters, base model
         self.models: dict[str, TrainableModel] = {}  # by name (served names are unique per server)
-        self._host: LoraHost | None = None
+        self.trainer = TrainerRanks(manager.config.device)  # the LoRA host and the ranks that train it
         self._slots = itertools.count()
         self._register_lock = asyncio.Lock()
         self._steps: dict[asyncio.Task, threading.Event] = {}  # running steps and the event that stops each
-        self.pool: RankPool | None = None  # trainer ranks beyond this process (ranks.py), when configured
-        self.threads: int | None = None  # CPU threads of training in this process (None: every core torch has)
         self.step_adapters = StepAdapters()  # adapters of other steps a step scores with (KL reference, steps behind)
         self._turn_ends: tuple[Path | None, set[int]] | None = None
         self.reports = ReportingService(server_default(manager.config))  # experiment tracking
 
     async def start_ranks(self, plan: RankPlan) -> None:
         """Brings the trainer ranks together (RankSetupError when they cannot be)."""
-        self.threads = plan.threads(0)
-        if self._host is not None:
-            self._host.threads = self.threads
-        if plan.world > 1:
-            self.pool = RankPool(plan)
-            await asyncio.to_thread(self.pool.start)
+        await self.trainer.start(plan)
 
     def ranks(self) -> dict[str, Any]:
-        """The trainer ranks as /v1/engine/stats shows them (with a sharded base, what rank 0 holds of it)."""
-        if self.pool is None:
-            return {"world": 1, "threads": self.threads}
-        out = self.pool.describe()
-        if self._host is not None and self.pool.plan.shard_base:
-            out.update(shard_elements(self._host.model))  # on rank 0
-        return out
-
-    def _distributed(
-        self,
-        model: TrainableModel,
-        kind: str,
-        args: tuple[Any, ...],
-        train: Any,
-        ref: tuple[str, dict[str, torch.Tensor]] | None = None,
-        behind: dict[int, tuple[str, dict[str, torch.Tensor]]] | None = None,
-    ) -> Any:
-        """`train(sync)` on every rank when there are several (the workers get `args`, and the slots
-        and weights of the KL reference and of the steps behind), else here alone."""
-        if self.pool is None:
-            return train(None)
-        host = self.lora
-        dtype = str(host.model.get_input_embeddings().weight.dtype).removeprefix("torch.")
-        header = {
-            "kind": kind,
-            "slot": model.slot,
-            "lora": host.config(model.slot),
-            "weights": host.weights(model.slot),
-            "base_path": str(self.manager.base_path),
-            "dtype": dtype,
-            "args": args,
-            "shard_base": self.pool.plan.shard_base,
-            "ref": ref,
-            "behind": behind or {},
-        }
-        return self.pool.run(header, train)
-
-    # -- set-up ------------------------------------------------------------------------------
-    def host(self, engine: Engine, base_path: Path) -> LoraHost:
-        if self._host is None:
-            shared = engine.shared_model()
-            shard = self.pool is not None and self.pool.plan.shard_base
-            if shard:  # a sharded model only runs with every rank: the trainer keeps its own, apart from serving
-                holder = TrainerHolder(base_path, self.manager.config.device)
-                shard_base(holder.model)
-                self._host = LoraHost(holder, threading.RLock())
-            elif shared is not None:  # the hf engine: train on its model, under its lock
-                self._host = LoraHost(*shared)
-            else:
-                self._host = LoraHost(TrainerHolder(base_path, self.manager.config.device), threading.RLock())
-            if self.threads:
-                self._host.threads = self.threads
-        return self._host
+        """The trainer ranks as /v1/engine/stats shows them."""
+        return self.trainer.describe()
 
     @property
     def lora(self) -> LoraHost:
         """The LoRA slots models train in (made by the first registration)."""
-        assert self._host is not None, "no model is registered yet"
-        return self._host
+        assert self.trainer.host is not None, "no model is registered yet"
+        return self.trainer.host
 
     @property
     def pad_id(self) -> int:
@@ -175,19 +99,9 @@ class TrainingService:
         async with self._register_lock:
             existing = self.models.get(name)
             if existing is not None:
-                if existing.base_model != base_model:
-                    raise RegistrationError(
-                        f"model {existing.project}/{name} is registered on this server with base model "
-                        f"{existing.base_model!r}, not {base_model!r}; pick another name for a model on "
-                        "another base model"
-                    )
-                if existing.project != project:
-                    raise RegistrationError(
-                        f"this server already serves a model named {name!r} in project {existing.project!r}; "
-                        "model names must be unique per server"
-                    )
-                if lora is not None and vars(lora) != vars(existing.lora):
-                    raise RegistrationError(f"model {project}/{name} is registered with LoRA config {vars(existing.lora)}")
+                conflict = registration_conflict(existing, project, base_model, lora)
+                if conflict:
+                    raise RegistrationError(conflict)
                 await self.reports.configure(existing, report)
                 return {**existing.info(), "resumed": True}
             if name in self.manager.adapters:
@@ -197,7 +111,7 @@ class TrainingService:
                     "model needs a name of its own: pick another, or unload them first"
                 )
             engine = await self.manager.ensure_base(base_model)
-            host = self.host(engine, self.manager.base_path)
+            host = self.trainer.make_host(engine, self.manager.base_path)
             model, resumed = await asyncio.to_thread(
                 register, host, self.manager.config.data_dir, name, project, base_model, lora, f"{SLOT_PREFIX}{next(self._slots)}"
             )
@@ -213,7 +127,8 @@ class TrainingService:
 
     def slots(self) -> list[str]:
         """The LoRA slots models train in (a failed registration must leave none behind)."""
-        return [s for s in self._host.slots() if s.startswith(SLOT_PREFIX)] if self._host is not None else []
+        host = self.trainer.host
+        return [s for s in host.slots() if s.startswith(SLOT_PREFIX)] if host is not None else []
 
     def cancel_all(self) -> None:
         """Asks every running step to stop (the server is stopping): each rolls back at its next
@@ -228,8 +143,7 @@ class TrainingService:
         if self._steps:
             await asyncio.wait(list(self._steps), timeout=timeout)
         await self.reports.close_all(list(self.models.values()))
-        if self.pool is not None:
-            await asyncio.to_thread(self.pool.close)
+        await self.trainer.close()
 
     def get(self, name: str) -> TrainableModel:
         model = self.models.get(name)
@@ -261,21 +175,9 @@ class TrainingService:
             await asyncio.wait([model.worker])
 
     def _check_tokens(self, groups: list[list[dict[str, Any]]]) -> None:
-        """Every token id must index the model's vocabulary (an out-of-range id is an index error on
-        the CPU and a device assert on CUDA, after part of the step ran)."""
-        vocab = self._host.model.get_input_embeddings().num_embeddings if self._host is not None else None
-        if vocab is None:
-            return
-        for g, group in enumerate(groups):
-            for t, trajectory in enumerate(group):
-                for c, item in enumerate(trajectory.get("messages_and_choices", [])):
-                    for field_name in ("prompt_token_ids", "token_ids"):
-                        ids = item.get(field_name) or []
-                        if ids and max(ids) >= vocab:
-                            raise ValueError(
-                                f"group {g}, trajectory {t}, item {c}: {field_name} holds {max(ids)}, outside the "
-                                f"vocabulary of this base model ({vocab} tokens)"
-                            )
+        host = self.trainer.host
+        if host is not None:
+            check_token_ids(groups, host.model.get_input_embeddings().num_embeddings)
 
     async def train(
         self,
@@ -338,8 +240,9 @@ class TrainingService:
             for message in [*warnings, *prepared.notices]:
                 yield {"type": "warning", "message": message}
             plan = StepPlan(
-                work=lambda progress, guard: self._distributed(
+                work=lambda progress, guard: self.trainer.run(
                     model,
+                    self.manager.base_path,
                     "grpo",
                     (prepared, config, self.pad_id),
                     lambda sync: train_step(
@@ -404,8 +307,9 @@ class TrainingService:
             metrics: dict[str, Any] = {"conversations": len(sequences), "tokens": sum(s.trained_tokens for s in sequences)}
             yield {"type": "start", "from_step": from_step, "step": new_step, **metrics}
             plan = StepPlan(
-                work=lambda progress, guard: self._distributed(
+                work=lambda progress, guard: self.trainer.run(
                     model,
+                    self.manager.base_path,
                     "sft",
                     (sequences, config, self.pad_id),
                     lambda sync: train_sft(
@@ -475,11 +379,9 @@ class TrainingService:
         step: int | None = None,
         extra: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Stores `groups` and appends their metrics (and `extra`, e.g. what judging them cost) as a history row."""
+        """Stores `groups` and appends their metrics (and `extra`) as a history row."""
         model = self.get(name)
-        step = model.step if step is None else step
-        await asyncio.to_thread(write_trajectories, model.paths, split, step, groups)
-        row = append_history(model.paths, step, split, {**group_metrics(groups), **(extra or {})})
+        row = await model_records.log_groups(model, split, groups, step, extra)
         self.reports.wake(model)
         return row
 
@@ -487,46 +389,10 @@ class TrainingService:
         return read_history(self.get(name).paths)
 
     def checkpoints(self, name: str) -> list[dict[str, Any]]:
-        import json
-
-        model = self.get(name)
-        out = []
-        for step in ckpt.complete_steps(model.paths):
-            folder = model.paths.checkpoint(step)
-            state = json.loads((folder / ckpt.STATE).read_text())
-            out.append(
-                {
-                    "step": step,
-                    "path": str(folder),
-                    "kind": state.get("kind"),
-                    "created": state.get("created"),
-                    "inference_name": adapter_key(name, step),
-                }
-            )
-        return out
+        return model_records.list_checkpoints(self.get(name))
 
     async def delete_checkpoints(self, name: str, keep_best_by: str = "val/reward") -> dict[str, Any]:
         """Deletes every checkpoint but the latest and the best by `split/metric` (higher is better)."""
         model = self.get(name)
         async with model.lock:
-            steps = ckpt.complete_steps(model.paths)
-            split, _, metric = keep_best_by.partition("/")
-            scored = {
-                r["step"]: r[metric]
-                for r in read_history(model.paths)
-                if r.get("split") == split and isinstance(r.get(metric), (int, float))
-            }
-            best = max((s for s in scored if s in steps), key=lambda s: scored[s], default=None)
-            keep = {steps[-1]} | ({best} if best is not None else set())
-            doomed = [s for s in steps if s not in keep]
-            for step in doomed:
-                if step in self.manager.adapters.get(name, {}):
-                    await self.manager.remove_adapter(name, step)
-            await asyncio.to_thread(ckpt.delete_steps, model.paths, doomed)
-            return {
-                "deleted": doomed,
-                "kept": sorted(keep),
-                "best_step": best,
-                "metric": keep_best_by,
-                "note": None if best is not None else f"no history rows with {keep_best_by}; kept only the latest",
-            }
+            return await model_records.delete_checkpoints(self.manager, model, keep_best_by)

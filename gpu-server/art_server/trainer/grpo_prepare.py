@@ -227,3 +227,18 @@ def nothing_trained_reason(p: Prepared) -> str:
         return "no groups were sent"
     parts = [f"{n} group{'s' if n > 1 else ''}: {SKIP_MESSAGES[r]}" for r, n in p.skipped.items()]
     return "nothing to train: " + ("; ".join(parts) if parts else "no trajectory had a non-zero advantage")
+
+
+def check_token_ids(groups: list[list[dict[str, Any]]], vocab: int) -> None:
+    """Every token id must index the model's vocabulary (an out-of-range id is an index error on
+    the CPU and a device assert on CUDA, after part of the step ran): a ValueError naming it."""
+    for g, group in enumerate(groups):
+        for t, trajectory in enumerate(group):
+            for c, item in enumerate(trajectory.get("messages_and_choices", [])):
+                for field_name in ("prompt_token_ids", "token_ids"):
+                    ids = item.get(field_name) or []
+                    if ids and max(ids) >= vocab:
+                        raise ValueError(
+                            f"group {g}, trajectory {t}, item {c}: {field_name} holds {max(ids)}, outside the "
+                            f"vocabulary of this base model ({vocab} tokens)"
+                        )

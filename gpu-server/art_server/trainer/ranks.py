@@ -13,6 +13,8 @@ config and rank 0's adapter weights: a worker keeps no state between steps), and
 its shard (parallel.py). A rank that dies or stops answering fails the step with RankFailed within
 the rank timeout; the step rolls back on rank 0 (service.py), and the pool restarts its workers
 before the next step (ranks on other machines must be started again; the error says how).
+
+Over 400 lines: the rendezvous and the step protocol of rank 0 are one state machine over the same store keys; rank_worker.py is the other side.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 import { metricNameToWire, metricsFromWire, sftConfigToWire, trainConfigToWire } from "../../../lib/core/convert";
-import { checkTrainOptions } from "../../../lib/client/model";
+import { checkTrainOptions } from "../../../lib/client/train-inputs";
 import { nearestName } from "../../../lib/core/options";
 import {
   ConfigurationError, LocalBackend, Model, RemoteBackend, retry, rulerScoreGroup, TrainableModel, Trajectory, TrajectoryGroup,

@@ -7,6 +7,8 @@ effect on sampling: `store` (nothing is stored: the answer says `store: false`),
 `safety_identifier`, `prompt_cache_key`, `service_tier`, `parallel_tool_calls`, `include` of
 `message.output_text.logprobs`. Anything else (stored responses, hosted tools, images, reasoning,
 structured output) is a 400 naming the field.
+
+Over 400 lines: one dialect both ways (the request into chat completions, the answer and its stream events back), which are read side by side.
 """
 
 from __future__ import annotations

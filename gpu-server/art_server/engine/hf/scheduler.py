@@ -11,6 +11,8 @@ Sampled token ids, logprobs and top logprobs accumulate on the sequence. A strea
 reports each token through its `emit` callback; a non-streaming one only its finish, which saves a
 hand-over to the event loop per token. `emit` is called on the scheduler thread (the caller hands
 the event over to its event loop).
+
+Over 400 lines: one thread's loop and the state only it touches (batches, their KV caches, the admission queue); split, that state would cross files.
 """
 
 from __future__ import annotations
