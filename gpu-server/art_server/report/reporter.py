@@ -62,6 +62,15 @@ class Reporter:
         if self._thread.is_alive():
             with self._lock:
                 self._detached = True
+            log.warning(
+                "%s/%s: %s was still busy (%s) after %.0f s as the server stopped; its run may lack the last rows "
+                "(history.jsonl has every row)",
+                self._project,
+                self._name,
+                self.tracker,
+                self.state,
+                timeout,
+            )
 
     def _follow(self) -> None:
         sink: Sink | None = None

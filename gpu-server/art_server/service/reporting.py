@@ -13,7 +13,9 @@ from ..report.reporter import Reporter
 from ..report.sink import TRACKERS, Tracker, missing_package
 from .trainable import TrainableModel
 
-CLOSE_TIMEOUT_S = 10.0  # what a stopping server waits for a tracker to take the last rows
+# What a stopping server waits for a tracker to take the last rows and finish its run. W&B's finish
+# beside a loaded CPU took more than the 10 s it had once, and the run lost its last row.
+CLOSE_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
