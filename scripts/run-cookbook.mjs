@@ -57,3 +57,5 @@ for (const name of names) {
   rows.push(`${name}: ${((Date.now() - started) / 1000).toFixed(0)} s`);
 }
 console.log(`[cookbook] done: ${rows.join(", ")}; results in ${path.relative(ROOT, outDir)}/`);
+// The README's results table is generated from the runs' JSON: rewrite it (git diff shows what moved).
+spawnSync(process.execPath, [path.join(ROOT, "scripts", "results-table.mjs")], { cwd: ROOT, stdio: "inherit" });
