@@ -2,8 +2,8 @@
 
 A few values of a valid request must name what exists on the server under test, which no JSON
 Schema can say: the model a training route trains, a folder to load an adapter from, modules and
-token ids the base model has, a provenance tag this server signed; some bounds are the server's
-configuration (--max-n) or the model's context; and an SFT conversation needs an assistant turn
+token ids the base model has, a provenance tag this server signed; a prompt must fit the model's
+context (the server's own limits, such as --max-n, are in the schema it serves); and an SFT conversation needs an assistant turn
 after what it answers, which the schema states in words (as `contains`, schemathesis's generator
 does not finish). The hook puts such values in place before each call; schemathesis then checks the
 request again against the schema, so a request the hook makes valid counts as valid, and one still
@@ -29,7 +29,7 @@ VOCABULARY = int(os.environ.get("ART_CONTRACT_VOCABULARY", "0"))  # token ids in
 NAME = re.compile(NAME_PATTERN)
 MODEL_ROUTES = ("/train", "/train_sft", "/log", "/delete_checkpoints", "/fork")
 PARENT = os.environ.get("ART_CONTRACT_PARENT", "")  # a model in MODEL's project a fork can start from
-MAX_N = 4  # under the server's --max-n
+MAX_N = 4  # not validity but work (the schema states --max-n): n completions of MAX_TOKENS each
 # Not validity but work: without a budget a completion runs to the end of the model's context, and
 # thousands of them take the run's time; each sampling route gets a short one (its own field name).
 TOKEN_BUDGET = {"/v1/chat/completions": "max_tokens", "/v1/responses": "max_output_tokens", "/v1/messages": "max_tokens"}

@@ -72,6 +72,23 @@ def test_the_server_does_what_docs_openapi_json_says(server):
     assert "18 passed" in result.stdout, result.stdout[-3000:]
 
 
+@pytest.mark.fast
+def test_the_served_schema_states_the_servers_own_max_n():
+    from art_server.api.app import create_app
+    from art_server.core.config import ServerConfig
+
+    def n_of(config: ServerConfig) -> dict:
+        return create_app(config).openapi()["components"]["schemas"]["ChatCompletionRequest"]["properties"]["n"]
+
+    assert n_of(ServerConfig(docs=True, max_n=8))["maximum"] == 8
+    documented = json.loads((ROOT / "docs" / "openapi.json").read_text())
+    assert (
+        n_of(ServerConfig(docs=True))["maximum"]
+        == documented["components"]["schemas"]["ChatCompletionRequest"]["properties"]["n"]["maximum"]
+        == ServerConfig().max_n
+    )
+
+
 def test_the_published_schema_uses_json_schema_keywords_for_bounds():
     # pydantic writes a bound it cannot place in the core schema under its own name ("ge"), which
     # JSON Schema ignores: the bound then exists in the validation only.

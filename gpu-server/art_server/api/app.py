@@ -16,7 +16,7 @@ from .auth import TokenGate
 from .chat_route import ChatCompletionsRoute
 from .errors import install_error_handlers
 from .limits import BodyLimit
-from .openapi_contract import faithful
+from .openapi_contract import faithful, served_limits
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:  # FastAPI's own schema, cached on the app: made faithful in place, once
             faithful(routes_schema())
+            served_limits(app.openapi_schema or {}, config)
         return app.openapi_schema  # pyright: ignore[reportReturnType]  (set by the line above)
 
     app.openapi = openapi

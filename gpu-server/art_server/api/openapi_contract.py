@@ -114,6 +114,15 @@ def faithful(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+def served_limits(schema: dict[str, Any], config: Any) -> None:
+    """The server's own limits where the schema can state them: `n` at most --max-n (docs/openapi.json
+    holds the default's), so a request the document allows is one this server takes."""
+    for model in schema.get("components", {}).get("schemas", {}).values():
+        n = model.get("properties", {}).get("n") if isinstance(model, dict) else None
+        if isinstance(n, dict) and "maximum" in n:
+            n["maximum"] = min(n["maximum"], config.max_n)
+
+
 def _hoist_defs(node: Any, components: dict[str, Any]) -> None:
     if isinstance(node, dict):
         defs = node.pop("$defs", None)
