@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -161,6 +162,13 @@ def test_cuda_gets_sleep_mode_and_a_memory_share_a_cpu_gets_a_dtype_kv_cache_spa
     )
     monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "1")  # a user's own setting wins
     assert cpu.vllm.environment()["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"
+    # A share of the cores (npm test's workers: OMP_NUM_THREADS=1 each) caps vLLM's threads too, unpinned.
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in cpu.vllm.environment()
+    if len(os.sched_getaffinity(0)) > 1:
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        assert cpu.vllm.environment()["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+        assert cpu.vllm.environment()["OMP_NUM_THREADS"] == "1"
 
 
 @pytest.mark.fast

@@ -46,6 +46,13 @@ SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 CPU_VENV = ".venv-vllm"
 
 
+def share_of_the_cores() -> int | None:
+    """OMP_NUM_THREADS when it is a whole number below the cores this process may run on (it was
+    given a share of the machine), else None."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() and 0 < int(value) < len(os.sched_getaffinity(0)) else None
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -173,6 +180,11 @@ class VLLMProcess:
             # compute; here the art server renders prompts and vLLM's front end is thin, so it gets every
             # core (measured: tokens/s at concurrency 1/8/32 from 22/109/205 to 27/142/276; docs/gpu.md).
             env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+            # OMP_NUM_THREADS below the cores this process may use caps vLLM too: its threads then float
+            # (VLLM_CPU_OMP_THREADS_BIND=nobind) instead of pinning a team to every core, where another
+            # process on one of them stalls the whole team at each barrier (npm test's two workers).
+            if share_of_the_cores() is not None:
+                env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         if self.placement is not None:
             env.update(self.placement.env)
         return env
