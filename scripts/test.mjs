@@ -137,16 +137,20 @@ const STAGES = {
   },
   // The tests that need hardware (`@pytest.mark.needs`: vLLM's CPU build on AVX-512, CUDA): where
   // they run they take ~10 min of 2 cores; where they cannot, they skip in seconds with the reason named.
-  hardware: () => fast ? [] : [{ ...pytestJob("hardware", "gpu-server pytest, hardware (-m needs: vLLM, CUDA)", "needs"), key: "hardware:all" }],
-  notebooks: () => fast ? [] : ["test_notebooks.py", "test_kernel_protocol.py"].map((file) => ({
-    stage: "notebooks",
-    name: `notebooks (nbclient, ART_SMOKE=1): ${file}`,
-    key: `notebooks:${file}`,
-    cmd: VENV_PYTHON,
-    args: ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", "--durations=10", path.join("tests", "notebooks", file)],
-    counts: pytestCounts,
-    env: venvEnv({ ART_SMOKE: "1" }),
-  })),
+  hardware: () => fast ? [] : [{ ...pytestJob("hardware", "gpu-server pytest, hardware (-m needs: vLLM, CUDA)", "needs"), key: "hardware:all", group: "vllm" }],
+  // The notebook that trains through vLLM is a job of its own, in the vLLM group (one vLLM at a time).
+  notebooks: () => fast ? [] : [["test_notebooks.py", "not needs"], ["test_notebooks.py", "needs"], ["test_kernel_protocol.py", "not needs"]]
+    .map(([file, marker]) => ({
+      stage: "notebooks",
+      name: `notebooks (nbclient, ART_SMOKE=1): ${file}${marker === "needs" ? ", vLLM" : ""}`,
+      key: `notebooks:${file}${marker === "needs" ? "[vllm]" : ""}`,
+      cmd: VENV_PYTHON,
+      args: ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", "--durations=10", "-m", marker, path.join("tests", "notebooks", file)],
+      counts: pytestCounts,
+      env: venvEnv({ ART_SMOKE: "1" }),
+      emptyIsFine: true,
+      ...(marker === "needs" ? { group: "vllm" } : {}),
+    })),
 };
 const STAGE_TITLES = {
   typecheck: "checks (tsc, tslab's tsc, ruff, pyright)", ts: fast ? "TypeScript tests, fast tier" : "TypeScript tests (node:test + tsx)",

@@ -6,7 +6,7 @@ import { pathToFileURL } from "node:url";
 import { ROOT } from "../support/helpers";
 
 type Shard = { files: string[]; seconds: number };
-type Job = { name: string; seconds: number };
+type Job = { name: string; seconds: number; group?: string };
 // A JavaScript module of the scripts (no types): what the tests use of it.
 type Schedule = {
   packShards(files: string[], secondsOf: (f: string) => number, options: { target: number; overhead?: number }): Shard[];
@@ -44,5 +44,20 @@ describe("running jobs on workers", () => {
     assert.equal(busy.reduce((n, w) => n + w.jobs.length, 0), 4);
     // the worker with the long job runs nothing else: the others fit beside it
     assert.ok(busy.some((w) => w.jobs.length === 1 && w.jobs[0] === "long"), JSON.stringify(busy));
+  });
+
+  it("never runs two jobs of one group at once (one vLLM at a time), and still runs every job", async () => {
+    const jobs = [{ name: "vllm-a", seconds: 9, group: "vllm" }, { name: "vllm-b", seconds: 8, group: "vllm" }, { name: "other", seconds: 1 }];
+    const schedule = await loaded;
+    let inGroup = 0;
+    let most = 0;
+    const { results } = await schedule.runJobs(jobs, 2, async (job) => {
+      if (job.group) most = Math.max(most, ++inGroup);
+      await new Promise((resolve) => setTimeout(resolve, job.seconds * 5));
+      if (job.group) inGroup--;
+      return job.name;
+    });
+    assert.equal(most, 1);
+    assert.deepEqual(results, ["vllm-a", "vllm-b", "other"]);
   });
 });
