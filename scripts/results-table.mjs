@@ -9,6 +9,7 @@
 //   node scripts/results-table.mjs --check   exit 1, saying which rows differ, when README.md is stale
 import fs from "node:fs";
 import path from "node:path";
+import { pathToFileURL } from "node:url";
 import { ROOT } from "./project.mjs";
 
 const README = path.join(ROOT, "README.md");
@@ -60,7 +61,7 @@ export function renderReadme(text) {
   return `${text.slice(0, begin + BEGIN.length)}\n${[lines[0], lines[1], ...rows].join("\n")}\n${text.slice(end)}`;
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) {
+if (process.argv[1] && import.meta.url === pathToFileURL(fs.realpathSync(process.argv[1])).href) {
   const text = fs.readFileSync(README, "utf8");
   const fresh = renderReadme(text);
   if (process.argv.includes("--check")) {

@@ -148,8 +148,7 @@ const STAGES = {
       args: ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", "--durations=10", "-m", marker, path.join("tests", "notebooks", file)],
       counts: pytestCounts,
       env: venvEnv({ ART_SMOKE: "1" }),
-      emptyIsFine: true,
-      ...(marker === "needs" ? { group: "vllm" } : {}),
+      ...(marker === "needs" ? { group: "vllm", emptyIsFine: true } : {}),
     })),
 };
 const STAGE_TITLES = {
@@ -192,6 +191,7 @@ function runJob(job, { live, env }) {
     const log = fs.createWriteStream(logFile);
     if (!live) console.log(`[test] started: ${job.name}`);
     else console.log(`\n=== ${job.name} ===`);
+    if (job.junit) fs.rmSync(job.junit, { force: true });  // a run that dies before writing it leaves no old times
     const child = spawn(job.cmd, job.args, { cwd: job.cwd ?? ROOT, env: { ...(job.env ?? process.env), ...env }, stdio: ["ignore", "pipe", "pipe"] });
     let output = "";
     const tee = (stream) => (chunk) => {
@@ -222,7 +222,8 @@ function runJob(job, { live, env }) {
       const times = {};
       if (job.fileKeys) {
         const files = junitFileSeconds(job.junit);
-        for (const [module, key] of Object.entries(job.fileKeys)) if (module in files) times[key] = files[module];
+        // a module with no test in the report had every test deselected (another stage's): it costs nothing here
+        if (Object.keys(files).length) for (const [module, key] of Object.entries(job.fileKeys)) times[key] = files[module] ?? 0;
         const tested = Object.values(files).reduce((a, b) => a + b, 0);
         if (tested) times[job.overheadKey] = Math.max(0, seconds - tested);
       } else if (job.key) times[job.key] = seconds;
@@ -253,7 +254,12 @@ async function main() {
   // Two workers by default: the suite waits on servers, kernels and a browser much of its time, so
   // two nearly halve the wall time on 2 cores, and every test runs beside another load (which is how
   // flaky timing shows up). `--serial`: one, its output live.
-  const workers = serial ? 1 : Math.max(1, Number(workersArg?.split("=")[1] ?? 2));
+  const asked = serial ? 1 : Number(workersArg?.split("=")[1] ?? 2);
+  if (!Number.isInteger(asked) || asked < 1) {
+    console.error(`--workers takes a whole number of at least 1 (got ${workersArg})`);
+    process.exit(2);
+  }
+  const workers = Math.min(asked, Math.max(1, jobs.length));  // one job alone gets every core and live output
   const live = workers === 1;
   // Side by side, each worker's torch gets its share of the cores: two processes that each start a
   // thread per core contend (measured on 2 cores, an hf-engine test beside a training test: 71 s and
@@ -264,6 +270,8 @@ async function main() {
   console.log(`[test] ${jobs.length} jobs, about ${(planned / 60).toFixed(0)} min of work by the last times, on ${workers} worker(s) ` +
     `(logs: ${path.relative(ROOT, LOGS)}/)`);
   const { results, busy } = await runJobs(jobs, workers, (job) => runJob(job, { live, env: threads }));
+  const unrun = jobs.filter((_, i) => !results[i]).map((j) => j.name);
+  if (unrun.length) results.push({ failed: unrun.length, name: `not run: ${unrun.join(", ")}` });
 
   console.log(`\n=== summary${fast ? " (fast tier)" : ""} ===`);
   for (const key of chosen) {

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 
 from art_server.core import openmp_waiting
 from art_server.core.config import ServerConfig
+from art_server.core.devices import usable_cores
 from art_server.engine.base import EngineError
 from art_server.engine.vllm.engine import VLLMEngine
 from art_server.engine.vllm.process import vllm_argv
@@ -165,7 +165,7 @@ def test_cuda_gets_sleep_mode_and_a_memory_share_a_cpu_gets_a_dtype_kv_cache_spa
     # A share of the cores (npm test's workers: OMP_NUM_THREADS=1 each) caps vLLM's threads too, unpinned.
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert "VLLM_CPU_OMP_THREADS_BIND" not in cpu.vllm.environment()
-    if len(os.sched_getaffinity(0)) > 1:
+    if len(usable_cores()) > 1:
         monkeypatch.setenv("OMP_NUM_THREADS", "1")
         assert cpu.vllm.environment()["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
         assert cpu.vllm.environment()["OMP_NUM_THREADS"] == "1"

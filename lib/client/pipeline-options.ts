@@ -6,9 +6,9 @@
 import { z } from "zod";
 import { functionOption } from "../core/options";
 import type { HistoryRow, TrainResult } from "../core/results";
-import type { Trajectory, TrajectoryGroup, TrajectorySource } from "../core/trajectory";
+import type { TrajectoryGroup } from "../core/trajectory";
 import { TrainableModel } from "./model";
-import type { SamplingThroughput, StaleGroupCounts, TrainOptions } from "./train-inputs";
+import type { TrainOptions } from "./train-inputs";
 
 /** Options of {@link trainPipeline}. */
 export interface PipelineOptions {

@@ -65,6 +65,10 @@ test("lib/index.ts exports exactly the listed names, each once", () => {
   assert.deepEqual([...names].sort(), [...VALUES, ...TYPES].sort());
 });
 
+test("the door holds at most 80 runtime names (docs/client.md says when one goes through)", () => {
+  assert.ok(VALUES.length <= 80, `${VALUES.length} runtime names`);
+});
+
 test("the listed values are there at run time, and nothing else is", () => {
   assert.deepEqual(Object.keys(art).sort(), [...VALUES].sort());
 });

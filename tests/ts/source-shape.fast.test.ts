@@ -41,7 +41,7 @@ function sameFolderImports(file: string, source: string): string[] {
     .map((spec) => `${dir}/${spec.slice(2).replace(/\.(m?[jt]s|cjs)$/, "")}`);
 }
 
-function findCircles(): string[] {
+function importEdges(): Map<string, string[]> {
   const files = trackedSources();
   const key = (f: string) => f.replace(/\.(ts|mts|mjs|cjs)$/, "");
   const known = new Set(files.map(key));
@@ -50,6 +50,11 @@ function findCircles(): string[] {
     const targets = sameFolderImports(file, fs.readFileSync(path.join(ROOT, file), "utf8")).map(key).filter((t) => known.has(t) && t !== key(file));
     edges.set(key(file), [...new Set(targets)]);
   }
+  return edges;
+}
+
+/** Each circle of `edges` (file -> the files it imports), as "a -> b -> a". */
+function findCircles(edges: Map<string, string[]>): string[] {
   const circles = new Set<string>();
   const state = new Map<string, "open" | "done">();
   const stack: string[] = [];
@@ -68,10 +73,11 @@ function findCircles(): string[] {
 }
 
 test("no import circle between the files of one folder", () => {
-  assert.deepEqual(findCircles(), []);
+  assert.deepEqual(findCircles(importEdges()), []);
 });
 
 test("the circle check finds a circle (it is not blind)", () => {
   assert.deepEqual(sameFolderImports("a/x.py", "from .y import z\nfrom . import w, v as u\n"), ["a/y.py", "a/w.py", "a/v.py"]);
   assert.deepEqual(sameFolderImports("a/x.ts", 'import type { Y } from "./y";\nimport { Z } from "../z";\n'), ["a/y"]);
+  assert.deepEqual(findCircles(new Map([["a/x", ["a/y"]], ["a/y", ["a/z"]], ["a/z", ["a/x"]], ["a/w", ["a/x"]]])), ["a/x -> a/y -> a/z -> a/x"]);
 });

@@ -53,24 +53,33 @@ class Reporter:
         """The history has grown: send the new rows."""
         self._wake.set()
 
-    def close(self, timeout: float) -> None:
-        """Sends what is left, finishes the run, and stops (blocking, at most `timeout` seconds; a
-        reporter still busy then, e.g. opening its run on a slow network, is left to end alone)."""
+    def ask_to_close(self) -> None:
+        """Asks it to send what is left, finish the run and stop (wait_closed waits for that)."""
         self._closing = True
         self._wake.set()
-        self._thread.join(timeout)
+
+    def wait_closed(self, remaining: float, timeout: float, why: str) -> None:
+        """Waits at most `remaining` seconds of the `timeout` it was given; a reporter still busy then,
+        e.g. opening its run on a slow network, is left to end alone, with a warning."""
+        self._thread.join(remaining)
         if self._thread.is_alive():
             with self._lock:
                 self._detached = True
             log.warning(
-                "%s/%s: %s was still busy (%s) after %.0f s as the server stopped; its run may lack the last rows "
+                "%s/%s: %s was still busy (%s) %.0f s after it was asked to stop %s; its run may lack the last rows "
                 "(history.jsonl has every row)",
                 self._project,
                 self._name,
                 self.tracker,
                 self.state,
                 timeout,
+                why,
             )
+
+    def close(self, timeout: float, why: str = "") -> None:
+        """Sends what is left, finishes the run, and stops (blocking, at most `timeout` seconds)."""
+        self.ask_to_close()
+        self.wait_closed(timeout, timeout, why)
 
     def _follow(self) -> None:
         sink: Sink | None = None

@@ -4,6 +4,7 @@ server's --report), its reporters' lifecycle, and the notice a client gets when 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -13,9 +14,11 @@ from ..report.reporter import Reporter
 from ..report.sink import TRACKERS, Tracker, missing_package
 from .trainable import TrainableModel
 
-# What a stopping server waits for a tracker to take the last rows and finish its run. W&B's finish
-# beside a loaded CPU took more than the 10 s it had once, and the run lost its last row.
+# What a stopping server waits for its trackers to take the last rows and finish their runs (all of a
+# model's at once): W&B's finish beside a loaded CPU took more than the 10 s it had once, and the run
+# lost its last row. A registration or fork that restarts them waits less: it holds up requests.
 CLOSE_TIMEOUT_S = 60.0
+RESTART_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class ReportingService:
         running = model.reporters and all(r.state != "failed" for r in model.reporters)
         if self._settings.get(model.name) == settings and running:
             return
-        await asyncio.to_thread(self._close, model)
+        await asyncio.to_thread(self._close, model, RESTART_TIMEOUT_S, "as the model was registered again")
         self._settings[model.name] = settings
         self._start(model, settings)
 
@@ -78,7 +81,7 @@ class ReportingService:
 
     async def suspend(self, model: TrainableModel) -> None:
         """Sends what is left and stops the model's reporters (its history is about to be replaced)."""
-        await asyncio.to_thread(self._close, model)
+        await asyncio.to_thread(self._close, model, RESTART_TIMEOUT_S, "as the model was forked into")
 
     def restart(self, model: TrainableModel) -> None:
         """Starts the model's reporters again, as configured (after a fork: new runs)."""
@@ -87,7 +90,7 @@ class ReportingService:
             self._start(model, settings)
 
     async def close_all(self, models: list[TrainableModel]) -> None:
-        await asyncio.gather(*(asyncio.to_thread(self._close, m) for m in models))
+        await asyncio.gather(*(asyncio.to_thread(self._close, m, CLOSE_TIMEOUT_S, "as the server stopped") for m in models))
 
     def _start(self, model: TrainableModel, settings: ReportSettings) -> None:
         config = {
@@ -102,7 +105,10 @@ class ReportingService:
             Reporter(t, model.paths, model.project, model.name, config, settings.trajectories) for t in settings.trackers
         ]
 
-    def _close(self, model: TrainableModel) -> None:
+    def _close(self, model: TrainableModel, timeout: float, why: str) -> None:
         reporters, model.reporters = model.reporters, []
         for reporter in reporters:
-            reporter.close(CLOSE_TIMEOUT_S)
+            reporter.ask_to_close()  # all at once, so they finish side by side within one deadline
+        deadline = time.monotonic() + timeout
+        for reporter in reporters:
+            reporter.wait_closed(max(0.0, deadline - time.monotonic()), timeout, why)

@@ -28,6 +28,7 @@ import httpx
 
 from ...core import openmp_waiting
 from ...core.config import ServerConfig
+from ...core.devices import usable_cores
 from ...core.faults import take_once
 from ...core.process import ALL_CORES, die_with_parent
 from ..base import EngineError
@@ -50,7 +51,7 @@ def share_of_the_cores() -> int | None:
     """OMP_NUM_THREADS when it is a whole number below the cores this process may run on (it was
     given a share of the machine), else None."""
     value = os.environ.get("OMP_NUM_THREADS", "")
-    return int(value) if value.isdigit() and 0 < int(value) < len(os.sched_getaffinity(0)) else None
+    return int(value) if value.isdigit() and 0 < int(value) < len(usable_cores()) else None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
