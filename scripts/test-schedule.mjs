@@ -13,25 +13,23 @@ export const COMMITTED_TIMES = path.join(ROOT, "scripts", "test-times.json");
 export const LAST_TIMES = path.join(ARTIFACTS, "test-logs", "times.json");
 const UNKNOWN_FILE_S = 30; // a file no run has timed yet
 
-/** `{ seconds: { key: s } }` of the last run here, over the committed reference times. */
+/** The `seconds` of a times file, or none when it is missing or unreadable. */
+function readSeconds(file) {
+  try {
+    return JSON.parse(fs.readFileSync(file, "utf8")).seconds ?? {};
+  } catch {
+    return {};
+  }
+}
+
+/** `{ key: s }` of the last run here, over the committed reference times. */
 export function loadTimes() {
-  const read = (file) => {
-    try {
-      return JSON.parse(fs.readFileSync(file, "utf8")).seconds ?? {};
-    } catch {
-      return {};
-    }
-  };
-  return { ...read(COMMITTED_TIMES), ...read(LAST_TIMES) };
+  return { ...readSeconds(COMMITTED_TIMES), ...readSeconds(LAST_TIMES) };
 }
 
 /** Writes this run's times over the last ones (a stage not run this time keeps its old times). */
 export function saveTimes(measured, file = LAST_TIMES, machine = undefined) {
-  let old = {};
-  try {
-    old = JSON.parse(fs.readFileSync(file, "utf8")).seconds ?? {};
-  } catch {}
-  const seconds = Object.fromEntries(Object.entries({ ...old, ...measured }).sort(([a], [b]) => a.localeCompare(b))
+  const seconds = Object.fromEntries(Object.entries({ ...readSeconds(file), ...measured }).sort(([a], [b]) => a.localeCompare(b))
     .map(([k, v]) => [k, Math.round(v * 10) / 10]));
   fs.mkdirSync(path.dirname(file), { recursive: true });
   fs.writeFileSync(file, `${JSON.stringify({ ...(machine ? { machine } : {}), seconds }, null, 1)}\n`);

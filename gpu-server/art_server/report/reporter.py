@@ -76,11 +76,6 @@ class Reporter:
                 why,
             )
 
-    def close(self, timeout: float, why: str = "") -> None:
-        """Sends what is left, finishes the run, and stops (blocking, at most `timeout` seconds)."""
-        self.ask_to_close()
-        self.wait_closed(timeout, timeout, why)
-
     def _follow(self) -> None:
         sink: Sink | None = None
         try:
